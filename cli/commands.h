@@ -1,0 +1,14 @@
+// Each subcommand registers its flags and, when chosen, sets `action` to the code that runs it.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tq {
+
+void register_generate(CLI::App& app, std::function<int()>& action);
+void register_chat(CLI::App& app, std::function<int()>& action);
+void register_info(CLI::App& app, std::function<int()>& action);
+void register_tokenize(CLI::App& app, std::function<int()>& action);
+
+}  // namespace tq

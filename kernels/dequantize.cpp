@@ -1,0 +1,346 @@
+// Dequantization of ggml block formats. Block layouts are those of ggml-common.h; the arithmetic
+// is written so that every value is rounded exactly where ggml's reference dequantize_row_*
+// rounds it (scale products first, then one multiply and one add/subtract), which makes the
+// result bit-identical to ggml and to the `gguf` Python package.
+#include "kernels/dequantize.h"
+
+#include <bit>
+#include <cstring>
+
+#include "errors/error.h"
+
+// A fused multiply-add rounds once where ggml rounds twice; keep `a * b - c` two operations
+// even when the build enables -march=native (GCC contracts across statements by default).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace tq {
+
+static_assert(std::endian::native == std::endian::little,
+              "ggml block layouts are little-endian; a big-endian host needs byte swaps");
+
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+float load_f16(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
+
+constexpr int kQK = 32;    // elements per block of the legacy formats (q4_0 ... q8_0)
+constexpr int kQKK = 256;  // elements per K-quant super-block
+
+// --- legacy 32-element blocks ------------------------------------------------------------
+// In all of them byte j of qs holds element j in its low nibble and element j + 16 in its high.
+
+void dequant_q4_0(const uint8_t* block, float* out) {  // {f16 d; u8 qs[16]}
+  const float d = load_f16(block);
+  const uint8_t* qs = block + 2;
+  for (int j = 0; j < kQK / 2; ++j) {
+    out[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+    out[j + kQK / 2] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  }
+}
+
+void dequant_q4_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qs[16]}
+  const float d = load_f16(block);
+  const float m = load_f16(block + 2);
+  const uint8_t* qs = block + 4;
+  for (int j = 0; j < kQK / 2; ++j) {
+    out[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+    out[j + kQK / 2] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// Fifth bits: bit j of the 32-bit qh is the high bit of element j.
+int fifth_bit(uint32_t qh, int element) { return static_cast<int>((qh >> element) & 1u) << 4; }
+
+void dequant_q5_0(const uint8_t* block, float* out) {  // {f16 d; u8 qh[4]; u8 qs[16]}
+  const float d = load_f16(block);
+  const uint32_t qh = load_u32(block + 2);
+  const uint8_t* qs = block + 6;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int lo = ((qs[j] & 0x0F) | fifth_bit(qh, j)) - 16;
+    const int hi = ((qs[j] >> 4) | fifth_bit(qh, j + kQK / 2)) - 16;
+    out[j] = static_cast<float>(lo) * d;
+    out[j + kQK / 2] = static_cast<float>(hi) * d;
+  }
+}
+
+void dequant_q5_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qh[4]; u8 qs[16]}
+  const float d = load_f16(block);
+  const float m = load_f16(block + 2);
+  const uint32_t qh = load_u32(block + 4);
+  const uint8_t* qs = block + 8;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int lo = (qs[j] & 0x0F) | fifth_bit(qh, j);
+    const int hi = (qs[j] >> 4) | fifth_bit(qh, j + kQK / 2);
+    out[j] = static_cast<float>(lo) * d + m;
+    out[j + kQK / 2] = static_cast<float>(hi) * d + m;
+  }
+}
+
+void dequant_q8_0(const uint8_t* block, float* out) {  // {f16 d; i8 qs[32]}
+  const float d = load_f16(block);
+  for (int j = 0; j < kQK; ++j) {
+    out[j] = static_cast<float>(static_cast<int8_t>(block[2 + j])) * d;
+  }
+}
+
+// --- K-quants: 256-element super-blocks of 16 or 8 sub-blocks ------------------------------
+
+void dequant_q2_k(const uint8_t* block, float* out) {
+  // {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}; scales: low nibble scale, high nibble min.
+  const uint8_t* scales = block;
+  const uint8_t* qs = block + 16;
+  const float d = load_f16(block + 80);
+  const float dmin = load_f16(block + 82);
+  int sub = 0;
+  // Each 128-element half uses 32 bytes of qs; the four 2-bit planes of those bytes are four
+  // consecutive 32-element runs, each run split into two 16-element sub-blocks.
+  for (int half = 0; half < 2; ++half, qs += 32) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int part = 0; part < 2; ++part, ++sub) {
+        const float dl = d * static_cast<float>(scales[sub] & 0x0F);
+        const float ml = dmin * static_cast<float>(scales[sub] >> 4);
+        for (int l = 0; l < 16; ++l) {
+          const int q = (qs[part * 16 + l] >> shift) & 3;
+          *out++ = dl * static_cast<float>(q) - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q3_K packs sixteen 6-bit scales into 12 bytes: low nibbles in bytes 0..7 (sub-block k < 8
+// in the low nibble of byte k, k >= 8 in the high nibble of byte k - 8), the top two bits in
+// bytes 8..11 (sub-block k at byte 8 + k % 4, bit 2 * (k / 4)). Stored with a +32 bias.
+int q3_k_scale(const uint8_t* scales, int k) {
+  const int low = k < 8 ? (scales[k] & 0x0F) : (scales[k - 8] >> 4);
+  const int high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+void dequant_q3_k(const uint8_t* block, float* out) {
+  // {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
+  const uint8_t* hmask = block;
+  const uint8_t* qs = block + 32;
+  const uint8_t* scales = block + 96;
+  const float d = load_f16(block + 108);
+  int sub = 0;
+  int hbit = 0;  // bit of hmask[l] that belongs to the current 32-element run
+  for (int half = 0; half < 2; ++half, qs += 32) {
+    for (int shift = 0; shift < 8; shift += 2, ++hbit) {
+      for (int part = 0; part < 2; ++part, ++sub) {
+        const float dl = d * static_cast<float>(q3_k_scale(scales, sub));
+        for (int l = 0; l < 16; ++l) {
+          const int idx = part * 16 + l;
+          const int low = (qs[idx] >> shift) & 3;
+          // A clear high bit means "subtract 4": values span -4..3.
+          const int q = low - (((hmask[idx] >> hbit) & 1) ? 0 : 4);
+          *out++ = dl * static_cast<float>(q);
+        }
+      }
+    }
+  }
+}
+
+// Q4_K/Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes (ggml's
+// get_scale_min_k4): sub-blocks 0..3 use the low 6 bits of bytes 0..3 (scale) and 4..7 (min);
+// sub-blocks 4..7 take their low nibbles from bytes 8..11 and their top two bits from the
+// spare top bits of bytes 0..7.
+void k4_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+void dequant_q4_k(const uint8_t* block, float* out) {
+  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: 32 bytes of qs per 64 elements, low nibbles
+  // first (sub-block 2i), then high nibbles (sub-block 2i + 1).
+  const float d = load_f16(block);
+  const float dmin = load_f16(block + 2);
+  const uint8_t* scales = block + 4;
+  const uint8_t* qs = block + 16;
+  for (int pair = 0; pair < 4; ++pair, qs += 32) {
+    int sc_lo, m_lo, sc_hi, m_hi;
+    k4_scale_min(scales, 2 * pair, &sc_lo, &m_lo);
+    k4_scale_min(scales, 2 * pair + 1, &sc_hi, &m_hi);
+    const float d_lo = d * static_cast<float>(sc_lo), min_lo = dmin * static_cast<float>(m_lo);
+    const float d_hi = d * static_cast<float>(sc_hi), min_hi = dmin * static_cast<float>(m_hi);
+    for (int l = 0; l < 32; ++l) *out++ = d_lo * static_cast<float>(qs[l] & 0x0F) - min_lo;
+    for (int l = 0; l < 32; ++l) *out++ = d_hi * static_cast<float>(qs[l] >> 4) - min_hi;
+  }
+}
+
+void dequant_q5_k(const uint8_t* block, float* out) {
+  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K, plus a fifth bit per
+  // element in qh[l], bit 2i for sub-block 2i and bit 2i + 1 for sub-block 2i + 1.
+  const float d = load_f16(block);
+  const float dmin = load_f16(block + 2);
+  const uint8_t* scales = block + 4;
+  const uint8_t* qh = block + 16;
+  const uint8_t* qs = block + 48;
+  for (int pair = 0; pair < 4; ++pair, qs += 32) {
+    int sc_lo, m_lo, sc_hi, m_hi;
+    k4_scale_min(scales, 2 * pair, &sc_lo, &m_lo);
+    k4_scale_min(scales, 2 * pair + 1, &sc_hi, &m_hi);
+    const float d_lo = d * static_cast<float>(sc_lo), min_lo = dmin * static_cast<float>(m_lo);
+    const float d_hi = d * static_cast<float>(sc_hi), min_hi = dmin * static_cast<float>(m_hi);
+    const int bit_lo = 2 * pair, bit_hi = 2 * pair + 1;
+    for (int l = 0; l < 32; ++l) {
+      const int q = (qs[l] & 0x0F) | (((qh[l] >> bit_lo) & 1) << 4);
+      *out++ = d_lo * static_cast<float>(q) - min_lo;
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int q = (qs[l] >> 4) | (((qh[l] >> bit_hi) & 1) << 4);
+      *out++ = d_hi * static_cast<float>(q) - min_hi;
+    }
+  }
+}
+
+void dequant_q6_k(const uint8_t* block, float* out) {
+  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}. Per 128-element half: 64 bytes of ql (low
+  // nibbles of bytes 0..31 -> elements 0..31, of 32..63 -> 32..63, high nibbles -> 64..127)
+  // and 32 bytes of qh whose four 2-bit planes give the top bits of those four runs.
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = load_f16(block + 208);
+  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, scales += 8, out += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int sub = l / 16;
+      const int q0 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q1 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      out[l] = d * static_cast<float>(scales[sub + 0]) * static_cast<float>(q0);
+      out[l + 32] = d * static_cast<float>(scales[sub + 2]) * static_cast<float>(q1);
+      out[l + 64] = d * static_cast<float>(scales[sub + 4]) * static_cast<float>(q2);
+      out[l + 96] = d * static_cast<float>(scales[sub + 6]) * static_cast<float>(q3);
+    }
+  }
+}
+
+using BlockDequantizer = void (*)(const uint8_t* block, float* out);
+
+template <BlockDequantizer kDequant, int kBlockElems, int kBlockBytes>
+void dequant_blocks(const void* src, float* dst, int64_t n) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n / kBlockElems; ++b) {
+    kDequant(bytes + b * kBlockBytes, dst + b * kBlockElems);
+  }
+}
+
+}  // namespace
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24 is exact in fp32.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+  }
+  if (exponent == 0x1F) {  // inf, or NaN with its payload kept
+    return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  }
+  return std::bit_cast<float>(sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13));
+}
+
+uint16_t fp32_to_fp16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) {  // NaN: quiet it, keep the top payload bits
+    return static_cast<uint16_t>(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
+  }
+  // 65520 (0x477FF000) lies halfway between the largest half, 65504, and 2^16; ties go to
+  // the even neighbour, which is the overflow to infinity.
+  if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (magnitude < 0x38800000u) {
+    // Below the smallest normal half (2^-14): the result is round(|f| * 2^24) ulps of 2^-24.
+    const uint32_t exponent = magnitude >> 23;
+    if (exponent < 102) return sign;  // |f| < 2^-25 rounds to zero (2^-25 itself ties to 0)
+    const uint32_t significand = (magnitude & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;  // 14..24
+    uint32_t q = significand >> shift;
+    const uint32_t rest = significand & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) ++q;  // may carry into the smallest normal
+    return static_cast<uint16_t>(sign | q);
+  }
+  // Normal: rebias the exponent, drop 13 mantissa bits with round-to-nearest-even. A carry
+  // out of the mantissa correctly bumps the exponent.
+  uint32_t h = (magnitude - ((127u - 15u) << 23)) >> 13;
+  const uint32_t rest = magnitude & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float bf16_to_fp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t fp32_to_bf16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+    // Truncating could clear every payload bit and turn NaN into inf; force the quiet bit.
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  }
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((static_cast<uint64_t>(bits) + rounding) >> 16);
+}
+
+void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  const DTypeTraits& traits = dtype_traits(type);
+  if (!traits.supported) fail("dequantize_row: weight type {} is not supported", traits.name);
+  if (n < 0 || n % traits.block_elems != 0) {
+    fail("dequantize_row: {} elements of {} are not a whole number of {}-element blocks", n,
+         traits.name, traits.block_elems);
+  }
+  switch (type) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::F16: {
+      const auto* bytes = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = load_f16(bytes + 2 * i);
+      return;
+    }
+    case DType::BF16: {
+      const auto* bytes = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(bytes + 2 * i));
+      return;
+    }
+    case DType::Q4_0: return dequant_blocks<dequant_q4_0, kQK, 18>(src, dst, n);
+    case DType::Q4_1: return dequant_blocks<dequant_q4_1, kQK, 20>(src, dst, n);
+    case DType::Q5_0: return dequant_blocks<dequant_q5_0, kQK, 22>(src, dst, n);
+    case DType::Q5_1: return dequant_blocks<dequant_q5_1, kQK, 24>(src, dst, n);
+    case DType::Q8_0: return dequant_blocks<dequant_q8_0, kQK, 34>(src, dst, n);
+    case DType::Q2_K: return dequant_blocks<dequant_q2_k, kQKK, 84>(src, dst, n);
+    case DType::Q3_K: return dequant_blocks<dequant_q3_k, kQKK, 110>(src, dst, n);
+    case DType::Q4_K: return dequant_blocks<dequant_q4_k, kQKK, 144>(src, dst, n);
+    case DType::Q5_K: return dequant_blocks<dequant_q5_k, kQKK, 176>(src, dst, n);
+    case DType::Q6_K: return dequant_blocks<dequant_q6_k, kQKK, 210>(src, dst, n);
+    default:
+      break;
+  }
+  fail("dequantize_row: weight type {} has no dequantizer", traits.name);
+}
+
+}  // namespace tq

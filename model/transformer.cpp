@@ -1,0 +1,63 @@
+#include "model/transformer.h"
+
+#include <cstring>
+
+#include "errors/error.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+
+namespace tq {
+
+void ForwardBuffers::reserve(const ModelConfig& c, int tokens) {
+  if (tokens <= capacity) return;
+  const size_t T = tokens;
+  x.resize(T * c.hidden_size);
+  h.resize(T * c.hidden_size);
+  q.resize(T * c.num_heads * c.head_dim);
+  k.resize(T * c.num_kv_heads * c.head_dim);
+  v.resize(T * c.num_kv_heads * c.head_dim);
+  attn.resize(T * c.num_heads * c.head_dim);
+  gate.resize(T * c.intermediate_size);
+  up.resize(T * c.intermediate_size);
+  out.resize(T * c.hidden_size);
+  capacity = tokens;
+}
+
+Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights)
+    : config_(config), weights_(weights), rope_inv_freq_(config.rope_inv_freq(weights.rope_freq_factors)) {}
+
+void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits) {
+  const int T = batch.size();
+  const int64_t hidden = config_.hidden_size, vocab = config_.vocab_size;
+  if (T == 0) {
+    logits.clear();
+    return;
+  }
+  for (TokenId id : batch.tokens)
+    if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary (size {})", id, vocab);
+  buf_.reserve(config_, T);
+
+  for (int t = 0; t < T; ++t)  // x = embedding[token]
+    std::memcpy(buf_.x.data() + t * hidden, weights_.token_embedding.data() + int64_t{batch.tokens[t]} * hidden,
+                sizeof(float) * hidden);
+
+  for (int l = 0; l < config_.num_layers; ++l) {
+    LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_};
+    switch (config_.arch) {
+      case Architecture::Llama: llama_layer(ctx); break;
+      case Architecture::Qwen2: qwen2_layer(ctx); break;
+      case Architecture::Qwen3: qwen3_layer(ctx); break;
+    }
+  }
+
+  // Final norm and LM head only for the rows whose logits are wanted.
+  const int n_out = static_cast<int>(batch.logit_rows.size());
+  for (int i = 0; i < n_out; ++i)
+    rms_norm(buf_.x.data() + int64_t{batch.logit_rows[i]} * hidden, weights_.final_norm.data(), 1, hidden,
+             config_.rms_norm_eps, buf_.h.data() + int64_t{i} * hidden);
+  logits.resize(static_cast<size_t>(n_out) * vocab);
+  const float* head = weights_.lm_head.w.empty() ? weights_.token_embedding.data() : weights_.lm_head.w.data();
+  if (n_out > 0) linear(buf_.h.data(), n_out, hidden, head, vocab, nullptr, logits.data());
+}
+
+}  // namespace tq

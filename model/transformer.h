@@ -1,0 +1,63 @@
+// The forward pass of a decoder-only transformer over a batch of tokens from any number of
+// sequences (prefill chunks and decode tokens alike). Each layer writes the step's K/V into
+// the paged cache first and then lets every token attend over its sequence's cached rows, so
+// a token's result does not depend on how the prompt was chunked or what else is in the batch.
+#pragma once
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/weights.h"
+
+namespace tq {
+
+// Activations of one step; grown on demand, reused across steps.
+struct ForwardBuffers {
+  int capacity = 0;
+  std::vector<float> x;       // [T, hidden] residual stream
+  std::vector<float> h;       // [T, hidden] normed input of a sub-block
+  std::vector<float> q;       // [T, n_heads * head_dim]
+  std::vector<float> k;       // [T, n_kv_heads * head_dim]
+  std::vector<float> v;       // [T, n_kv_heads * head_dim]
+  std::vector<float> attn;    // [T, n_heads * head_dim]
+  std::vector<float> gate;    // [T, ffn]
+  std::vector<float> up;      // [T, ffn]
+  std::vector<float> out;     // [T, hidden] sub-block output before the residual add
+  void reserve(const ModelConfig& c, int tokens);
+};
+
+// Everything a layer function needs for one step.
+struct LayerContext {
+  const ModelConfig& config;
+  const LayerWeights& w;
+  int layer;
+  const ForwardBatch& batch;
+  KvCache& cache;
+  ForwardBuffers& buf;
+  const std::vector<float>& rope_inv_freq;  // [head_dim / 2]
+};
+
+// One decoder layer per architecture family (model/llama.cpp, qwen2.cpp, qwen3.cpp).
+void llama_layer(LayerContext& ctx);
+void qwen2_layer(LayerContext& ctx);
+void qwen3_layer(LayerContext& ctx);
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const ModelWeights& weights);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Runs the batch; K/V of every token are stored in `cache` at the slots its table gives.
+  // logits: [batch.logit_rows.size(), vocab]. Throws tq::Error on an id outside the vocabulary.
+  void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
+
+ private:
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  std::vector<float> rope_inv_freq_;
+  ForwardBuffers buf_;
+};
+
+}  // namespace tq

