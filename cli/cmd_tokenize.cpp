@@ -37,7 +37,7 @@ int run_tokenize(const TokenizeFlags& f) {
       inputs.push_back(j.get<std::string>());
     }
   }
-  const LoadedModel m = load_model_for_cli(f.model);
+  const LoadedModel m = load_model_for_cli(f.model, /*with_weights=*/false);
   if (!m.tokenizer) fail("{}: the model has no tokenizer", m.path);
   for (const std::string& text : inputs) {
     const nlohmann::json ids = m.tokenizer->encode(text, f.special);

@@ -31,7 +31,7 @@ void apply_threads(int threads) {
   openblas_set_num_threads(threads);
 }
 
-LoadedModel load_model_for_cli(const ModelOptions& o) {
+LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {
   apply_threads(o.threads);
   const std::string path = o.model.empty() ? find_default_model() : o.model;
   const bool tty = isatty(STDERR_FILENO);
@@ -47,7 +47,7 @@ LoadedModel load_model_for_cli(const ModelOptions& o) {
                  width - filled, "", percent);
     std::fflush(stderr);
   };
-  LoadedModel m = load_model(path, progress);
+  LoadedModel m = load_model(path, progress, with_weights);
   if (last_percent >= 0) std::fprintf(stderr, "\n");
   return m;
 }

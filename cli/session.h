@@ -30,7 +30,7 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o);
 void apply_threads(int threads);
 
 // Loads the model (progress bar on a terminal when it takes a moment).
-LoadedModel load_model_for_cli(const ModelOptions& o);
+LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights = true);
 
 struct Session {
   LoadedModel model;

