@@ -84,6 +84,12 @@ int run_generate(const GenerateFlags& f) {
   const GenerationOutput out = generator.generate(prompt, params, f.json ? nullptr : std::function(stream));
   if (f.json) {
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out.ids}, {"text", out.text}, {"finish_reason", out.finish_reason}};
+    if (params.logprobs >= 0) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (size_t i = 0; i < out.logprobs.size(); ++i)
+        steps.push_back({{"id", out.ids[i]}, {"logprob", out.logprobs[i].logprob}, {"top", out.logprobs[i].top}});
+      j["logprobs"] = steps;
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -110,6 +116,8 @@ void register_generate(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--chat-template-kwargs", flags->template_kwargs,
                   "extra chat template variables as JSON, e.g. '{\"enable_thinking\":false}'");
   cmd->add_flag("--json", flags->json, "print one JSON object {prompt_ids, ids, text} instead of streaming");
+  cmd->add_option("--logprobs", flags->sampling.params.logprobs,
+                  "with --json: log-probabilities of each chosen token and of the N most likely (0-20)");
   cmd->callback([flags, &action] { action = [flags] { return run_generate(*flags); }; });
 }
 

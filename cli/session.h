@@ -15,6 +15,7 @@ namespace tq {
 struct ModelOptions {
   std::string model;  // empty: the bundled default model
   int threads = 0;    // 0: all cores
+  bool keep_quantized = false;
 };
 
 struct CacheOptions {

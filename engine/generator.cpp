@@ -73,7 +73,9 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
   const int max_new = std::min(params.max_tokens, n_ctx - static_cast<int>(prompt.size()));
   out.finish_reason = "length";
   while (static_cast<int>(out.ids.size()) < max_new) {
-    const TokenId id = sampler.sample(logits, prompt, out.ids);
+    SampleResult extra;
+    const TokenId id = sampler.sample(logits, prompt, out.ids, params.logprobs >= 0 ? &extra : nullptr);
+    if (params.logprobs >= 0) out.logprobs.push_back(std::move(extra));
     out.ids.push_back(id);
     const bool stop_token = is_stop_token(id, params, stop_ids_);
     if (stop_token) {

@@ -18,6 +18,7 @@ struct GenerationOutput {
   std::vector<TokenId> ids;  // generated ids, the stop token included when one ended it
   std::string text;          // decoded text, stop string / stop token excluded
   std::string finish_reason;  // "stop" or "length"
+  std::vector<SampleResult> logprobs;  // [ids.size()] when params.logprobs >= 0
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };

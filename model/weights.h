@@ -1,19 +1,30 @@
-// The weights of a decoder-only transformer, fp32 in memory (quantized files are dequantized
-// at load; native quantized kernels come with the performance work).
+// The weights of a decoder-only transformer. Matrices stored as Q4_0 / Q4_1 / Q8_0 stay in
+// that block format and are multiplied as ggml does (kernels/quantized_matmul.h); every other
+// type is converted to fp32 at load (K-quant kernels come with the performance work).
 #pragma once
 #include <cstdint>
 #include <vector>
+
+#include "kernels/dtype.h"
 
 namespace tq {
 
 // A torch.nn.Linear: y = x · Wᵀ + b.
 struct LinearWeights {
-  std::vector<float> w;     // [out, in]
-  std::vector<float> bias;  // [out] or empty
+  DType dtype = DType::F32;
+  std::vector<float> w;         // [out, in] when dtype is F32
+  std::vector<uint8_t> packed;  // [out] rows of `in` values in `dtype` blocks otherwise
+  std::vector<float> bias;      // [out] or empty
   int64_t out = 0;
   int64_t in = 0;
   const float* bias_or_null() const { return bias.empty() ? nullptr : bias.data(); }
+  bool empty() const { return w.empty() && packed.empty(); }
 };
+
+// y[n, out] = x[n, in] · Wᵀ + b
+void apply_linear(const LinearWeights& lw, const float* x, int64_t n, float* y);
+// dst[in] = row `index` of W as fp32 (embedding lookup)
+void linear_row(const LinearWeights& lw, int64_t index, float* dst);
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
@@ -30,10 +41,10 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  std::vector<float> token_embedding;  // [vocab, hidden]
+  LinearWeights token_embedding;        // [vocab, hidden]; also the LM head when tied
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;       // [hidden]
-  LinearWeights lm_head;               // [vocab, hidden]; empty w when tied to the embedding
+  LinearWeights lm_head;               // [vocab, hidden]; empty when tied to the embedding
   std::vector<float> rope_freq_factors;  // [head_dim / 2] (GGUF rope_freqs) or empty
 };
 

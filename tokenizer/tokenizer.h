@@ -32,7 +32,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Raw tokenization: no BOS is added. With parse_special, registered special/added tokens in
-  // the text become their ids (split out before BPE); otherwise they are ordinary text.
+  // the text become their ids (split out before BPE, longest match first); otherwise they are
+  // ordinary text. Added tokens that are not special (HF special = false, GGUF user-defined) are
+  // split out either way, as HF tokenizers and llama.cpp do.
   virtual std::vector<TokenId> encode(std::string_view text, bool parse_special) const = 0;
 
   // The bytes of one token as they appear in decoded text (byte-level: GPT-2 byte map undone;
@@ -44,7 +46,7 @@ class Tokenizer {
 
   virtual int vocab_size() const = 0;
   virtual std::optional<TokenId> find_token(std::string_view text) const = 0;  // exact vocab lookup
-  virtual bool is_special(TokenId id) const = 0;  // control / added special tokens
+  virtual bool is_special(TokenId id) const = 0;  // control / unknown / added special tokens
 
   const SpecialTokens& special() const { return special_; }
 
