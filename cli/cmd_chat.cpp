@@ -35,7 +35,7 @@ int run_chat(const ChatFlags& f) {
   LoadedModel& m = session->model;
   if (!m.tokenizer) fail("{}: the model has no tokenizer", m.path);
   if (m.chat_template.empty()) fail("{}: the model has no chat template; use `tqserve generate --prompt`", m.path);
-  Generator generator(*session->transformer, *session->cache, m.tokenizer.get(), m.stop_ids);
+  Generator generator(*session->transformer, *session->cache, m.tokenizer.get(), m.stop_ids, session->max_model_len);
 
   const bool interactive = isatty(STDIN_FILENO);
   nlohmann::json messages = nlohmann::json::array();

@@ -76,7 +76,7 @@ int run_generate(const GenerateFlags& f) {
     prompt = m.tokenizer->encode_prompt(f.prompt, /*parse_special=*/true);
   }
 
-  Generator generator(*session->transformer, *session->cache, m.tokenizer.get(), m.stop_ids);
+  Generator generator(*session->transformer, *session->cache, m.tokenizer.get(), m.stop_ids, session->max_model_len);
   auto stream = [&](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

@@ -16,7 +16,7 @@ struct InfoFlags {
 };
 
 int run_info(const InfoFlags& f) {
-  const LoadedModel m = load_model_for_cli(f.model);
+  const LoadedModel m = load_model_for_cli(f.model, /*with_weights=*/false);  // metadata only: no conversion
   const ModelConfig& c = m.config;
   nlohmann::json kv = nlohmann::json::object();
   for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16}) {

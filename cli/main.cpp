@@ -2,12 +2,16 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "cli/commands.h"
 #include "errors/error.h"
 
 int main(int argc, char** argv) {
+  // Worker threads sleep when idle instead of spinning: on a 2-core machine spinning threads
+  // starve each other and anything else running.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   CLI::App app{"tqserve: an LLM engine with a TurboQuant-compressed paged KV cache"};
   app.require_subcommand(1);
   std::function<int()> action;

@@ -17,12 +17,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Generator::Generator(Transformer& model, KvCache& cache, const Tokenizer* tokenizer, std::vector<TokenId> stop_ids,
-                     int prefill_chunk)
-    : model_(model), cache_(cache), tokenizer_(tokenizer), stop_ids_(std::move(stop_ids)), prefill_chunk_(prefill_chunk) {}
+                     int max_model_len, int prefill_chunk)
+    : model_(model),
+      cache_(cache),
+      tokenizer_(tokenizer),
+      stop_ids_(std::move(stop_ids)),
+      max_model_len_(max_model_len),
+      prefill_chunk_(prefill_chunk) {}
 
 int Generator::context_length() const {
   const int cache_tokens = cache_.num_blocks() * cache_.shape().block_size;
-  return std::min(model_.config().max_position, cache_tokens);
+  int limit = std::min(model_.config().max_position, cache_tokens);
+  if (max_model_len_ > 0) limit = std::min(limit, max_model_len_);
+  return limit;
 }
 
 GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const SamplingParams& params,
@@ -41,7 +48,10 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
   BlockTable table;
   Sampler sampler(params);
   std::optional<StreamDecoder> decoder;
-  if (tokenizer_) decoder.emplace(*tokenizer_);
+  if (tokenizer_) {
+    const bool after_text = std::any_of(prompt.begin(), prompt.end(), [&](TokenId id) { return !tokenizer_->is_special(id); });
+    decoder.emplace(*tokenizer_, /*skip_special=*/true, /*continues_text=*/after_text);
+  }
   StopMatcher stops(params.stop);
   std::vector<float> logits;
   auto emit = [&](const std::string& piece) {
@@ -72,6 +82,7 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
   const auto t_decode = std::chrono::steady_clock::now();
   const int max_new = std::min(params.max_tokens, n_ctx - static_cast<int>(prompt.size()));
   out.finish_reason = "length";
+  bool stop_string_hit = false;
   while (static_cast<int>(out.ids.size()) < max_new) {
     SampleResult extra;
     const TokenId id = sampler.sample(logits, prompt, out.ids, params.logprobs >= 0 ? &extra : nullptr);
@@ -87,6 +98,7 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
       emit(r.text);
       if (r.stopped) {
         out.finish_reason = "stop";
+        stop_string_hit = true;
         break;
       }
     }
@@ -98,7 +110,7 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
     model_.forward(batch, cache_, logits);
     table.num_tokens = position + 1;
   }
-  if (tokenizer_ && out.finish_reason != "stop") {
+  if (tokenizer_ && !stop_string_hit) {  // text held back for a possible stop string is still output
     const StopMatchResult r = stops.push(decoder->flush());
     emit(r.text);
     if (!r.stopped) emit(stops.flush());

@@ -26,8 +26,9 @@ struct GenerationOutput {
 class Generator {
  public:
   // tokenizer may be null (ids only; text stays empty). stop_ids: the model's EOS/EOT ids.
+  // max_model_len: the context limit (0: the model's, bounded by what the cache holds).
   Generator(Transformer& model, KvCache& cache, const Tokenizer* tokenizer, std::vector<TokenId> stop_ids,
-            int prefill_chunk = 512);
+            int max_model_len = 0, int prefill_chunk = 512);
 
   // Throws tq::Error for an empty prompt, ids outside the vocabulary, or a prompt that does not
   // leave room for one new token in the context (the message gives both counts).
@@ -41,6 +42,7 @@ class Generator {
   KvCache& cache_;
   const Tokenizer* tokenizer_;
   std::vector<TokenId> stop_ids_;
+  int max_model_len_;
   int prefill_chunk_;
 };
 

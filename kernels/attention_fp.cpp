@@ -14,13 +14,6 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxGroup = 64;  // query heads per KV head
 
-inline float bf16_bits_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // Row (fp32 view) of a page: returns a pointer to fp32 values, converting into `scratch` when
 // the pages are 16-bit.
 inline const float* load_row(const PagedRows& rows, const uint8_t* row, int d, float* scratch) {
@@ -29,7 +22,7 @@ inline const float* load_row(const PagedRows& rows, const uint8_t* row, int d, f
       return reinterpret_cast<const float*>(row);
     case FpElem::BF16: {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
-      for (int i = 0; i < d; ++i) scratch[i] = bf16_bits_to_float(h[i]);
+      for (int i = 0; i < d; ++i) scratch[i] = bf16_to_fp32(h[i]);
       return scratch;
     }
     case FpElem::F16: {

@@ -1,5 +1,7 @@
 #include "kernels/quantized_matmul.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,8 +47,7 @@ inline void unpack_nibbles(const uint8_t* qs, int offset, int8_t out[32]) {
   }
 }
 
-__attribute__((target_clones("arch=haswell", "default")))
-float dot_q8_0(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+float dot_q8_0_scalar(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
   float acc[8] = {0};
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk = row + b * 34;  // {fp16 d, int8 qs[32]}
@@ -58,8 +59,7 @@ float dot_q8_0(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks)
   return sum_lanes(acc);
 }
 
-__attribute__((target_clones("arch=haswell", "default")))
-float dot_q4_0(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+float dot_q4_0_scalar(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
   float acc[8] = {0};
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk = row + b * 18;  // {fp16 d, uint8 qs[16]}
@@ -73,8 +73,7 @@ float dot_q4_0(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks)
   return sum_lanes(acc);
 }
 
-__attribute__((target_clones("arch=haswell", "default")))
-float dot_q4_1(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+float dot_q4_1_scalar(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
   float acc[8] = {0};
   float min_terms = 0;  // Σ m·s: the blocks' offsets times the activation block sums
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -90,6 +89,68 @@ float dot_q4_1(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks)
   return sum_lanes(acc) + min_terms;
 }
 
+// AVX2 versions: the same lanes, products and FMA order as the scalar code above (and ggml).
+__attribute__((target("avx2,fma"))) inline float sum_lanes_avx2(__m256 acc) {
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  return sum_lanes(lanes);
+}
+
+// Eight int32 lanes, lane k = Σ products 4k..4k+3 of unsigned `ux` and signed `sy` bytes.
+__attribute__((target("avx2,fma"))) inline __m256 lane_sums_us8(__m256i ux, __m256i sy) {
+  const __m256i pairs = _mm256_maddubs_epi16(ux, sy);  // |products| ≤ 2·127·128: no saturation
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 lane_sums_s8(__m256i x, __m256i y) {
+  return lane_sums_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+__attribute__((target("avx2,fma"))) inline __m256i nibbles_avx2(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+__attribute__((target("avx2,fma"))) float dot_q8_0_avx2(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * 34;
+    const __m256 d = _mm256_set1_ps(half(blk) * act[b].d);
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[b].qs));
+    acc = _mm256_fmadd_ps(d, lane_sums_s8(qx, qy), acc);
+  }
+  return sum_lanes_avx2(acc);
+}
+
+__attribute__((target("avx2,fma"))) float dot_q4_0_avx2(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * 18;
+    const __m256 d = _mm256_set1_ps(half(blk) * act[b].d);
+    const __m256i qx = _mm256_sub_epi8(nibbles_avx2(blk + 2), _mm256_set1_epi8(8));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[b].qs));
+    acc = _mm256_fmadd_ps(d, lane_sums_s8(qx, qy), acc);
+  }
+  return sum_lanes_avx2(acc);
+}
+
+__attribute__((target("avx2,fma"))) float dot_q4_1_avx2(const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  float min_terms = 0;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * 20;
+    min_terms = std::fma(half(blk + 2), act[b].s, min_terms);
+    const __m256 d = _mm256_set1_ps(half(blk) * act[b].d);
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[b].qs));
+    acc = _mm256_fmadd_ps(d, lane_sums_us8(nibbles_avx2(blk + 4), qy), acc);
+  }
+  return sum_lanes_avx2(acc) + min_terms;
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
 }  // namespace
 
 bool has_quantized_linear(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
@@ -99,6 +160,7 @@ void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* bloc
     const float* v = x + b * kBlock;
     float amax = 0;
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+    if (!std::isfinite(amax)) fail("quantized linear: activations are not finite (the model diverged)");
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
@@ -112,11 +174,12 @@ void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* bloc
   }
 }
 
-float dot_quantized_row(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_blocks) {
+float dot_quantized_row(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_blocks, bool allow_simd) {
+  const bool simd = allow_simd && kHaveAvx2;
   switch (t) {
-    case DType::Q8_0: return dot_q8_0(row, act, n_blocks);
-    case DType::Q4_0: return dot_q4_0(row, act, n_blocks);
-    case DType::Q4_1: return dot_q4_1(row, act, n_blocks);
+    case DType::Q8_0: return simd ? dot_q8_0_avx2(row, act, n_blocks) : dot_q8_0_scalar(row, act, n_blocks);
+    case DType::Q4_0: return simd ? dot_q4_0_avx2(row, act, n_blocks) : dot_q4_0_scalar(row, act, n_blocks);
+    case DType::Q4_1: return simd ? dot_q4_1_avx2(row, act, n_blocks) : dot_q4_1_scalar(row, act, n_blocks);
     default: fail("no quantized linear kernel for weight type {}", dtype_traits(t).name);
   }
 }

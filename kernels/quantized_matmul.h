@@ -32,6 +32,9 @@ struct ActivationBlock {
 void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* blocks);
 
 // Dot product of one weight row with quantized activations, in ggml's AVX2 accumulation order.
-float dot_quantized_row(DType weight_type, const uint8_t* row, const ActivationBlock* act, int64_t n_blocks);
+// AVX2 when the CPU has it (chosen at run time); allow_simd = false runs the scalar reference,
+// which gives the same result bit for bit.
+float dot_quantized_row(DType weight_type, const uint8_t* row, const ActivationBlock* act, int64_t n_blocks,
+                        bool allow_simd = true);
 
 }  // namespace tq

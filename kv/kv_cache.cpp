@@ -6,7 +6,14 @@
 
 namespace tq {
 
-BlockAllocator::BlockAllocator(int num_blocks) : num_blocks_(num_blocks), in_use_(num_blocks, 0) {
+namespace {
+int checked_block_count(int num_blocks) {
+  if (num_blocks <= 0) fail("KV cache needs at least one block (got {})", num_blocks);
+  return num_blocks;
+}
+}  // namespace
+
+BlockAllocator::BlockAllocator(int num_blocks) : num_blocks_(checked_block_count(num_blocks)), in_use_(num_blocks_, 0) {
   free_.reserve(num_blocks);
   for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -26,8 +33,7 @@ void BlockAllocator::release(int block) {
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int num_blocks)
-    : shape_(shape), num_blocks_(num_blocks), allocator_(num_blocks) {
-  if (num_blocks <= 0) fail("KV cache needs at least one block (got {})", num_blocks);
+    : shape_(shape), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
   head_stride_ = shape.row_bytes() * shape.block_size;
   block_stride_ = head_stride_ * shape.num_kv_heads;
   layer_bytes_ = block_stride_ * num_blocks;

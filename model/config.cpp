@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <optional>
 
 #include "errors/error.h"
 #include "io/gguf.h"
@@ -48,10 +49,20 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& cfg, const std::string& p
 
 int json_int(const nlohmann::json& cfg, const char* key, const std::string& path) {
   if (!cfg.contains(key) || !cfg[key].is_number_integer()) fail("{}: '{}' is missing or not an integer", path, key);
-  return cfg[key].get<int>();
+  const int64_t v = cfg[key].get<int64_t>();
+  if (v < 0 || v > (1 << 30)) fail("{}: '{}' = {} is out of range", path, key, v);
+  return static_cast<int>(v);
+}
+
+int gguf_int(const GgufFile& g, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+  const int64_t v = fallback ? g.get_int_or(key, *fallback) : g.get_int(key);
+  if (v < 0 || v > (1 << 30)) fail("{}: '{}' = {} is out of range", g.path(), key, v);
+  return static_cast<int>(v);
 }
 
 }  // namespace
+
+ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& path);
 
 void ModelConfig::validate(const std::string& source) const {
   auto positive = [&](int v, const char* what) {
@@ -100,6 +111,15 @@ std::vector<float> ModelConfig::rope_inv_freq(const std::vector<float>& freq_fac
 }
 
 ModelConfig config_from_hf(const nlohmann::json& cfg, const std::string& path) {
+  if (!cfg.is_object()) fail("{}: expected a JSON object", path);
+  try {
+    return config_from_hf_object(cfg, path);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type
+    fail("{}: {}", path, e.what());
+  }
+}
+
+ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& path) {
   ModelConfig c;
   std::string arch_class;
   if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty() &&
@@ -148,17 +168,17 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   }
   if (!known) fail("{}: architecture '{}' is not supported (supported: {})", g.path(), arch, supported_list(false));
   const std::string p = arch + ".";
-  c.hidden_size = static_cast<int>(g.get_int(p + "embedding_length"));
-  c.num_layers = static_cast<int>(g.get_int(p + "block_count"));
-  c.num_heads = static_cast<int>(g.get_int(p + "attention.head_count"));
-  c.num_kv_heads = static_cast<int>(g.get_int_or(p + "attention.head_count_kv", c.num_heads));
-  c.head_dim = static_cast<int>(g.get_int_or(p + "attention.key_length", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0));
-  c.intermediate_size = static_cast<int>(g.get_int(p + "feed_forward_length"));
-  c.max_position = static_cast<int>(g.get_int_or(p + "context_length", 2048));
+  c.hidden_size = gguf_int(g, p + "embedding_length");
+  c.num_layers = gguf_int(g, p + "block_count");
+  c.num_heads = gguf_int(g, p + "attention.head_count");
+  c.num_kv_heads = gguf_int(g, p + "attention.head_count_kv", c.num_heads);
+  c.head_dim = gguf_int(g, p + "attention.key_length", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  c.intermediate_size = gguf_int(g, p + "feed_forward_length");
+  c.max_position = gguf_int(g, p + "context_length", 2048);
   c.rope_theta = g.get_float_or(p + "rope.freq_base", 10000.0);
   c.rms_norm_eps = static_cast<float>(g.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
   if (g.has(p + "vocab_size")) {
-    c.vocab_size = static_cast<int>(g.get_int(p + "vocab_size"));
+    c.vocab_size = gguf_int(g, p + "vocab_size");
   } else if (const TensorView* embd = g.find_tensor("token_embd.weight"); embd && !embd->dims.empty()) {
     c.vocab_size = static_cast<int>(embd->dims[0]);
   }

@@ -15,7 +15,6 @@ void norm_input(LayerContext& c, const std::vector<float>& weight) {
 
 void project_qkv(LayerContext& c) {
   const int T = c.batch.size();
-  const int64_t hidden = c.config.hidden_size;
   apply_linear(c.w.wq, c.buf.h.data(), T, c.buf.q.data());
   apply_linear(c.w.wk, c.buf.h.data(), T, c.buf.k.data());
   apply_linear(c.w.wv, c.buf.h.data(), T, c.buf.v.data());

@@ -38,6 +38,13 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
+// Adds a tensor to the model's summary (parameter count, bytes and dtypes as stored).
+void count_tensor(const TensorView& t, LoadedModel& m) {
+  m.stored_dtypes[std::string(dtype_traits(t.dtype).name)]++;
+  m.num_params += t.numel();
+  m.stored_bytes += t.nbytes;
+}
+
 // Tensor names of the two formats, by role.
 struct TensorNaming {
   std::string embedding, final_norm, lm_head;
@@ -115,9 +122,7 @@ class TensorReader {
       fail("{}: tensor '{}' rows of {} values are not whole {} blocks", file_, name, row, traits.name);
     const size_t row_bytes = dtype_row_bytes(t->dtype, row);
     if (row_bytes * rows != t->nbytes) fail("{}: tensor '{}' byte size does not match its shape", file_, name);
-    out_.stored_dtypes[std::string(traits.name)]++;
-    out_.num_params += t->numel();
-    out_.stored_bytes += t->nbytes;
+    count_tensor(*t, out_);
     DType kept = DType::F32;
     if (packed && keep_blocks_ && has_quantized_linear(t->dtype)) {
       packed->assign(t->data, t->data + t->nbytes);
@@ -209,14 +214,16 @@ LoadedModel load_hf(const std::string& dir, const LoadOptions& options, const Lo
   const std::string config_path = dir + "/config.json";
   if (!file_exists(config_path)) fail("{}: no config.json in this folder (expected a Hugging Face model folder)", dir);
   m.config = config_from_hf(read_json_file(config_path), config_path);
+  SafetensorsSet tensors = SafetensorsSet::open_dir(dir);
   if (options.with_weights) {
-    SafetensorsSet tensors = SafetensorsSet::open_dir(dir);
     TensorReader reader([&](const std::string& n) { return tensors.find(n); }, dir, m, tensors.names().size(), options, progress);
     load_weights(reader, kHfNaming, m);
+  } else {
+    for (const std::string& name : tensors.names()) count_tensor(*tensors.find(name), m);
   }
   if (file_exists(dir + "/tokenizer.json") || file_exists(dir + "/vocab.json")) m.tokenizer = Tokenizer::from_hf_dir(dir);
   const std::string tok_config = dir + "/tokenizer_config.json";
-  if (file_exists(tok_config)) {
+  if (file_exists(tok_config)) try {
     const nlohmann::json tc = read_json_file(tok_config);
     if (tc.contains("chat_template")) {
       const auto& ct = tc["chat_template"];
@@ -224,9 +231,12 @@ LoadedModel load_hf(const std::string& dir, const LoadOptions& options, const Lo
         m.chat_template = ct.get<std::string>();
       } else if (ct.is_array()) {  // [{"name": "default", "template": ...}, ...]
         for (const auto& e : ct)
-          if (e.value("name", "") == "default" && e.contains("template")) m.chat_template = e["template"].get<std::string>();
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template"))
+            m.chat_template = e["template"].get<std::string>();
       }
     }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: chat_template: {}", tok_config, e.what());
   }
   if (m.chat_template.empty() && file_exists(dir + "/chat_template.jinja")) {
     std::ifstream in(dir + "/chat_template.jinja", std::ios::binary);
@@ -252,6 +262,8 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options, const
     load_weights(reader, kGgufNaming, m);
     if (reader.has("rope_freqs.weight"))
       m.weights.rope_freq_factors = reader.read("rope_freqs.weight", {m.config.head_dim / 2});
+  } else {
+    for (const TensorView& t : gguf.tensors()) count_tensor(t, m);
   }
   if (gguf.has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(gguf);
   m.chat_template = gguf.get_string_opt("tokenizer.chat_template").value_or("");

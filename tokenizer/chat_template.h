@@ -35,7 +35,7 @@ using OrderedChatTemplateInputs = BasicChatTemplateInputs<nlohmann::ordered_json
 std::string render_chat_template(const std::string& template_source, const ChatTemplateInputs& inputs);
 std::string render_chat_template(const std::string& template_source, const OrderedChatTemplateInputs& inputs);
 
-// A chat template parsed once, for rendering every request.
+// A chat template parsed once, for rendering every request (render is const and thread-safe).
 class ChatTemplate {
  public:
   explicit ChatTemplate(const std::string& template_source);  // throws tq::Error on syntax errors

@@ -1,5 +1,7 @@
 #include "tokenizer/jinja.h"
 
+#include <variant>
+
 #include "errors/error.h"
 #include "tokenizer/jinja_ast.h"
 #include "tokenizer/jinja_error.h"
@@ -52,6 +54,10 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
     return render_template(parsed_->ast, variables);
   } catch (const TemplateError& error) {
     rethrow_as_user_error(error);
+  } catch (const std::bad_variant_access& error) {
+    // A value of an unexpected type reached code that did not check it: a bug in this
+    // interpreter, reported as a failed render rather than taking the caller down.
+    fail("chat template: internal error while rendering: {}", error.what());
   }
 }
 

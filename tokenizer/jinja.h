@@ -8,11 +8,18 @@
 // semantics: {{ [1, 'a'] }} prints "[1, 'a']", {{ 1.0 }} prints "1.0", undefined variables print
 // as "" and are falsy.
 //
-// Not implemented (each raises "chat template line N: unsupported ..."): {% extends %},
-// {% include %}, {% import %}/{% from %}, {% block %}, {% autoescape %}, recursive for loops,
-// *args/**kwargs in calls, macro varargs/kwargs, str.format and a few rarely used filters
-// (groupby, pprint, random, slice, striptags, urlencode, urlize, wordwrap, xmlattr,
-// filesizeformat).
+// Not implemented, each raising "chat template line N: unsupported ..." (or "no filter named")
+// rather than rendering differently: {% extends %}, {% include %}, {% import %}/{% from %},
+// {% block %}, {% autoescape %}, recursive for loops, *args/**kwargs in calls, macro
+// varargs/kwargs, str.format and other rare str methods, the filters groupby, pprint, random,
+// slice, striptags, urlencode, urlize, wordwrap, xmlattr and filesizeformat, integers beyond 64
+// bits, and dict literals with non-string keys.
+// Known differences that cannot change a chat prompt's text in practice: range() yields a list
+// (prints as [0, 1] rather than range(0, 2)); escape/safe return plain strings (autoescaping is
+// off, so Markup's escaping on concatenation is not modelled); `x is sameas y` compares equal
+// numbers and strings as identical.
+//
+// Rendering is const and thread-safe: one Template can serve concurrent requests.
 #pragma once
 #include <nlohmann/json.hpp>
 

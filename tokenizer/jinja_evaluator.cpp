@@ -92,8 +92,17 @@ class Evaluator {
   }
 
   Flow run(const PrintStmt& node, int, const ScopePtr& scope, std::string& out) {
-    out += to_str(eval(*node.expr, scope));
+    append_str(out, eval(*node.expr, scope));
     return Flow::kNormal;
+  }
+
+  // out += str(value), without copying strings.
+  static void append_str(std::string& out, const Value& value) {
+    if (value.is_string()) {
+      out += value.as_string();
+    } else {
+      out += to_str(value);
+    }
   }
 
   Flow run(const IfStmt& node, int, const ScopePtr& scope, std::string& out) {
@@ -414,7 +423,7 @@ class Evaluator {
 
   Value evaluate(const ConcatExpr& node, int, const ScopePtr& scope) {
     std::string out;
-    for (const ExprPtr& part : node.parts) out += to_str(eval(*part, scope));
+    for (const ExprPtr& part : node.parts) append_str(out, eval(*part, scope));
     return Value::string(std::move(out));
   }
 

@@ -31,7 +31,8 @@ Value lookup_path(const Value& item, const Value& attribute) {
   Value current = item;
   for (const std::string& part : pystr::split(attribute.as_string(), std::string("."), -1)) {
     bool is_index = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    current = get_item(current, is_index ? Value::integer(std::stoll(part)) : Value::string(part));
+    // An index too large for int64 is out of range anyway: strtoll saturates, with the same result.
+    current = get_item(current, is_index ? Value::integer(std::strtoll(part.c_str(), nullptr, 10)) : Value::string(part));
   }
   return current;
 }

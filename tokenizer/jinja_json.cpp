@@ -12,22 +12,21 @@
 namespace tq::jinja {
 namespace {
 
-template <typename Json>
-Value convert(const Json& json) {
+Value convert(const nlohmann::ordered_json& json) {
   switch (json.type()) {
     case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value::boolean(json.template get<bool>());
+    case nlohmann::json::value_t::boolean: return Value::boolean(json.get<bool>());
     case nlohmann::json::value_t::number_integer:
-      return Value::integer(json.template get<int64_t>());
+      return Value::integer(json.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
-      auto value = json.template get<uint64_t>();
+      auto value = json.get<uint64_t>();
       if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         raise_error("template context: integer {} does not fit in 64 bits", value);
       }
       return Value::integer(static_cast<int64_t>(value));
     }
-    case nlohmann::json::value_t::number_float: return Value::floating(json.template get<double>());
-    case nlohmann::json::value_t::string: return Value::string(json.template get<std::string>());
+    case nlohmann::json::value_t::number_float: return Value::floating(json.get<double>());
+    case nlohmann::json::value_t::string: return Value::string(json.get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       items.reserve(json.size());
@@ -171,7 +170,6 @@ class JsonWriter {
 }  // namespace
 
 Value from_json(const nlohmann::ordered_json& json) { return convert(json); }
-Value from_json(const nlohmann::json& json) { return convert(json); }
 
 std::string dump_json(const Value& value, const JsonDumpOptions& options) {
   JsonWriter writer(options);

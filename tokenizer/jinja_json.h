@@ -10,10 +10,9 @@
 
 namespace tq::jinja {
 
-// Objects keep their key order: ordered_json preserves the caller's order (as a Python dict
-// would); plain nlohmann::json has already sorted its keys.
+// Objects keep their key order, as a Python dict would (a plain nlohmann::json converted to
+// ordered_json has its keys sorted already).
 Value from_json(const nlohmann::ordered_json& json);
-Value from_json(const nlohmann::json& json);
 
 // The arguments of Python's json.dumps that chat templates pass.
 struct JsonDumpOptions {

@@ -125,51 +125,47 @@ std::u32string code_point_set(const std::optional<std::string>& chars) {
 
 }  // namespace
 
+DecodedCodePoint decode_one(std::string_view text, size_t i) {
+  auto byte = static_cast<unsigned char>(text[i]);
+  if (byte < 0x80) return {byte, 1};
+  size_t needed = 0;
+  char32_t code_point = 0;
+  unsigned char second_min = 0x80, second_max = 0xBF;
+  if (byte >= 0xC2 && byte <= 0xDF) {
+    needed = 1;
+    code_point = byte & 0x1F;
+  } else if (byte >= 0xE0 && byte <= 0xEF) {
+    needed = 2;
+    code_point = byte & 0x0F;
+    if (byte == 0xE0) second_min = 0xA0;  // no overlong forms
+    if (byte == 0xED) second_max = 0x9F;  // no UTF-16 surrogates
+  } else if (byte >= 0xF0 && byte <= 0xF4) {
+    needed = 3;
+    code_point = byte & 0x07;
+    if (byte == 0xF0) second_min = 0x90;
+    if (byte == 0xF4) second_max = 0x8F;  // nothing above U+10FFFF
+  }
+  bool valid = needed > 0 && i + needed < text.size();
+  if (valid) {
+    auto second = static_cast<unsigned char>(text[i + 1]);
+    valid = second >= second_min && second <= second_max;
+    for (size_t k = 1; valid && k <= needed; ++k) {
+      auto next = static_cast<unsigned char>(text[i + k]);
+      valid = is_continuation(next);
+      code_point = (code_point << 6) | (next & 0x3F);
+    }
+  }
+  if (!valid) return {kFirstEscapedByte + byte, 1};
+  return {code_point, needed + 1};
+}
+
 std::u32string decode(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    auto byte = static_cast<unsigned char>(text[i]);
-    if (byte < 0x80) {
-      out += byte;
-      ++i;
-      continue;
-    }
-    size_t needed = 0;
-    char32_t code_point = 0;
-    unsigned char second_min = 0x80, second_max = 0xBF;
-    if (byte >= 0xC2 && byte <= 0xDF) {
-      needed = 1;
-      code_point = byte & 0x1F;
-    } else if (byte >= 0xE0 && byte <= 0xEF) {
-      needed = 2;
-      code_point = byte & 0x0F;
-      if (byte == 0xE0) second_min = 0xA0;  // no overlong forms
-      if (byte == 0xED) second_max = 0x9F;  // no UTF-16 surrogates
-    } else if (byte >= 0xF0 && byte <= 0xF4) {
-      needed = 3;
-      code_point = byte & 0x07;
-      if (byte == 0xF0) second_min = 0x90;
-      if (byte == 0xF4) second_max = 0x8F;  // nothing above U+10FFFF
-    }
-    bool valid = needed > 0 && i + needed < text.size();
-    if (valid) {
-      auto second = static_cast<unsigned char>(text[i + 1]);
-      valid = second >= second_min && second <= second_max;
-      for (size_t k = 1; valid && k <= needed; ++k) {
-        auto next = static_cast<unsigned char>(text[i + k]);
-        valid = is_continuation(next);
-        code_point = (code_point << 6) | (next & 0x3F);
-      }
-    }
-    if (!valid) {
-      out += kFirstEscapedByte + byte;
-      ++i;
-      continue;
-    }
-    out += code_point;
-    i += needed + 1;
+  for (size_t i = 0; i < text.size();) {
+    DecodedCodePoint decoded = decode_one(text, i);
+    out += decoded.value;
+    i += decoded.length;
   }
   return out;
 }
@@ -340,19 +336,32 @@ bool all_code_points(std::string_view text, bool (*predicate)(char32_t)) {
 }
 
 std::string strip(std::string_view text, StripSide side, const std::optional<std::string>& chars) {
-  std::u32string source = decode(text);
+  // Only the ends are decoded: message contents can be long and are often stripped.
   std::u32string set = code_point_set(chars);
   auto removable = [&](char32_t c) {
     return chars ? set.find(c) != std::u32string::npos : is_whitespace(c);
   };
-  size_t begin = 0, end = source.size();
+  size_t begin = 0, end = text.size();
   if (side != StripSide::kRight) {
-    while (begin < end && removable(source[begin])) ++begin;
+    while (begin < end) {
+      DecodedCodePoint first = decode_one(text.substr(0, end), begin);
+      if (!removable(first.value)) break;
+      begin += first.length;
+    }
   }
   if (side != StripSide::kLeft) {
-    while (end > begin && removable(source[end - 1])) --end;
+    while (end > begin) {
+      // The last code point starts at most 3 continuation bytes back; if those bytes do not
+      // decode as one code point ending at `end`, the last byte stands alone (escaped).
+      size_t start = end - 1;
+      while (start > begin && end - start < 4 && is_continuation(static_cast<unsigned char>(text[start]))) --start;
+      DecodedCodePoint last = decode_one(text.substr(0, end), start);
+      if (start + last.length != end) last = decode_one(text.substr(0, end), end - 1);
+      if (!removable(last.value)) break;
+      end -= last.length;
+    }
   }
-  return encode(std::u32string_view(source).substr(begin, end - begin));
+  return std::string(text.substr(begin, end - begin));
 }
 
 std::vector<std::string> split(std::string_view text, const std::optional<std::string>& separator,

@@ -14,6 +14,11 @@ namespace tq::jinja::pystr {
 // "surrogateescape"), and encode() turns those back into the original bytes, so decoding never
 // loses data even for malformed input.
 std::u32string decode(std::string_view text);
+struct DecodedCodePoint {
+  char32_t value;
+  size_t length;  // bytes
+};
+DecodedCodePoint decode_one(std::string_view text, size_t offset);  // the code point at offset
 std::string encode(std::u32string_view code_points);
 void append_code_point(std::string& out, char32_t code_point);
 size_t length(std::string_view text);  // len(s): number of code points
@@ -26,6 +31,8 @@ bool is_decimal(char32_t c);
 bool is_digit(char32_t c);
 bool is_numeric(char32_t c);
 
+// Unicode simple case mappings (utf8proc) plus the one-to-many cases Python applies that chat
+// text can contain: ß -> SS, the ﬀ..ﬆ ligatures, ŉ, İ -> i̇ and the Greek final sigma.
 std::string upper(std::string_view text);
 std::string lower(std::string_view text);
 std::string title(std::string_view text);       // str.title()

@@ -47,7 +47,7 @@ Value Value::boolean(bool value) { return Value(Data(std::in_place_type<bool>, v
 Value Value::integer(int64_t value) { return Value(Data(std::in_place_type<int64_t>, value)); }
 Value Value::floating(double value) { return Value(Data(std::in_place_type<double>, value)); }
 Value Value::string(std::string value) {
-  return Value(Data(std::in_place_type<std::string>, std::move(value)));
+  return Value(Data(std::in_place_type<StringPtr>, std::make_shared<const std::string>(std::move(value))));
 }
 Value Value::sequence(std::vector<Value> items, SequenceStyle style) {
   auto sequence = std::make_shared<Sequence>(Sequence{std::move(items), style});

@@ -117,7 +117,7 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const;    // int or bool
   double as_double() const;  // any number
-  const std::string& as_string() const { return std::get<std::string>(data_); }
+  const std::string& as_string() const { return *std::get<StringPtr>(data_); }
   const Sequence& as_sequence() const { return *std::get<SequencePtr>(data_); }
   const std::vector<Value>& items() const { return as_sequence().items; }
   const Dict& as_dict() const { return *std::get<DictPtr>(data_); }
@@ -129,11 +129,13 @@ class Value {
   const void* identity() const;
 
  private:
+  // Strings are immutable and shared, as in Python: passing message contents around is cheap.
+  using StringPtr = std::shared_ptr<const std::string>;
   using SequencePtr = std::shared_ptr<const Sequence>;
   using DictPtr = std::shared_ptr<const Dict>;
   using ObjectPtr = std::shared_ptr<Object>;
   using FunctionPtr = std::shared_ptr<const Function>;
-  using Data = std::variant<Undefined, std::monostate, bool, int64_t, double, std::string, SequencePtr,
+  using Data = std::variant<Undefined, std::monostate, bool, int64_t, double, StringPtr, SequencePtr,
                             DictPtr, ObjectPtr, FunctionPtr>;
 
   explicit Value(Data data) : data_(std::move(data)) {}

@@ -28,6 +28,9 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special
 }
 
 std::string StreamDecoder::push(TokenId id) {
+  // Ids past the tokenizer's table (models pad their embedding, e.g. Qwen's 151936 rows for
+  // 151665 tokens) have no text.
+  if (id < 0 || id >= tok_.vocab_size()) return std::string();
   if (skip_special_ && tok_.is_special(id)) return std::string();
   std::string piece = tok_.token_bytes(id);
   if (piece.empty()) return std::string();

@@ -75,14 +75,17 @@ class Tokenizer {
 // back the bytes of a character split across tokens until it is complete.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
+  // continues_text: the ids follow text already there (a completion after a text prompt), so
+  // SentencePiece's leading space of the first piece is kept, as llama.cpp and vLLM do.
+  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = true, bool continues_text = false)
+      : tok_(tok), skip_special_(skip_special), first_(!continues_text) {}
   std::string push(TokenId id);  // text that became complete with this token (may be "")
   std::string flush();           // whatever is held back (invalid bytes replaced by U+FFFD)
 
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  bool first_ = true;
+  bool first_;
   std::string pending_;
 };
 

@@ -84,6 +84,25 @@ TEST_P(QuantizedLinearTest, EqualsDequantizedProductInDouble) {
   }
 }
 
+// The run-time-chosen SIMD kernel and the scalar reference agree bit for bit.
+TEST_P(QuantizedLinearTest, SimdEqualsScalarBitForBit) {
+  const DType t = GetParam();
+  std::mt19937 rng(7);
+  const int64_t in = 576, rows = 64;
+  const std::vector<uint8_t> w = random_rows(t, rows, in, rng);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(in);
+  for (float& v : x) v = normal(rng);
+  std::vector<ActivationBlock> act(in / 32);
+  quantize_activations(x.data(), in, act.data());
+  const size_t row_bytes = dtype_row_bytes(t, in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float simd = dot_quantized_row(t, w.data() + r * row_bytes, act.data(), in / 32, true);
+    const float scalar = dot_quantized_row(t, w.data() + r * row_bytes, act.data(), in / 32, false);
+    EXPECT_EQ(simd, scalar) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const auto& info) { return std::string(dtype_traits(info.param).name); });
 

@@ -21,8 +21,8 @@ def test_generate_json_shape_and_seeded_sampling(tqserve, stories260k):
     assert set(a) >= {"prompt_ids", "ids", "text"}
     assert a["prompt_ids"][0] == 1  # SentencePiece llama vocab adds BOS
     assert a == b  # same seed, same tokens
-    c = generate_json(tqserve, *args[:-1], "8")
-    assert len(c["ids"]) > 0
+    others = [generate_json(tqserve, *args[:-1], str(seed))["ids"] for seed in (8, 9, 10)]
+    assert any(ids != a["ids"] for ids in others)  # another seed draws another story
 
 
 def test_stop_string_ends_generation_without_it(tqserve, stories260k):
@@ -138,3 +138,28 @@ def test_prompt_token_ids_match_llamacpp(tqserve, smollm2, tmp_path):
     inputs.write_text("".join(json.dumps(c["prompt"]) + "\n" for c in ref["cases"]))
     got = [json.loads(l) for l in tqserve("tokenize", "--model", smollm2, "--jsonl", inputs, "--special").stdout.split("\n") if l]
     assert got == [c["prompt_ids"] for c in ref["cases"]]
+
+
+def test_text_held_for_a_stop_string_is_kept_when_a_stop_token_ends(tqserve, stories260k):
+    base = ["--model", stories260k, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "40"]
+    full = generate_json(tqserve, *base)
+    stop_id = full["ids"][10]
+    plain = generate_json(tqserve, *base, "--stop-token-ids", str(stop_id))
+    held = generate_json(tqserve, *base, "--stop-token-ids", str(stop_id), "--stop", plain["text"][-3:] + "\u00e9")
+    assert plain["finish_reason"] == held["finish_reason"] == "stop"
+    assert held["text"] == plain["text"] and plain["text"]
+
+
+def test_max_model_len_is_exact_not_rounded_to_blocks(tqserve, stories260k):
+    proc = tqserve("generate", "--model", stories260k, "--prompt-ids", ",".join(["5"] * 40), "--max-model-len", "33",
+                   check=False)
+    assert proc.returncode != 0 and "40 tokens" in proc.stderr and "33" in proc.stderr
+    out = generate_json(tqserve, "--model", stories260k, "--prompt-ids", ",".join(["5"] * 30), "--max-model-len", "33",
+                        "--max-tokens", "50", "--ignore-eos")
+    assert len(out["ids"]) == 3 and out["finish_reason"] == "length"
+
+
+def test_completion_after_text_keeps_its_leading_space(tqserve, stories260k):
+    out = generate_json(tqserve, "--model", stories260k, "--prompt", "Once upon a time, there", "--temperature", "0",
+                        "--max-tokens", "3")
+    assert out["text"].startswith(" was"), out["text"]
