@@ -187,6 +187,8 @@ float dot_quantized_row(DType t, const uint8_t* row, const ActivationBlock* act,
 void linear_quantized(const float* x, int64_t n, int64_t in, DType t, const uint8_t* w, int64_t out, const float* bias,
                       float* y) {
   if (in % kBlock != 0) fail("quantized linear: input width {} is not a multiple of {}", in, kBlock);
+  // Checked here: a throw inside the parallel loop below would terminate the process.
+  if (!has_quantized_linear(t)) fail("no quantized linear kernel for weight type {}", dtype_traits(t).name);
   const int64_t n_blocks = in / kBlock;
   const size_t row_bytes = dtype_row_bytes(t, in);
   std::vector<ActivationBlock> act(static_cast<size_t>(n * n_blocks));  // [n, n_blocks]
