@@ -94,6 +94,13 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_id
   if (!repetition && !additive) return;
 
   const size_t vocab = logits.size();
+  // Every id is checked before any scratch entry is marked: a throw half-way through marking
+  // would leave stale entries in the scratch, which later calls would wrongly penalise.
+  if (repetition) {
+    for (int32_t id : prompt_ids) check_token_id(id, vocab, "prompt");
+  }
+  for (int32_t id : output_ids) check_token_id(id, vocab, "output");
+
   if (scratch.seen.size() != vocab) {
     scratch.seen.assign(vocab, 0);
     scratch.output_counts.assign(vocab, 0);
@@ -102,15 +109,14 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_id
 
   if (repetition) {
     const float penalty = params.repetition_penalty;
-    auto mark = [&](int32_t id, const char* which) {
-      check_token_id(id, vocab, which);
+    auto mark = [&](int32_t id) {
       if (!scratch.seen[id]) {
         scratch.seen[id] = 1;
         scratch.touched_ids.push_back(id);
       }
     };
-    for (int32_t id : prompt_ids) mark(id, "prompt");
-    for (int32_t id : output_ids) mark(id, "output");
+    for (int32_t id : prompt_ids) mark(id);
+    for (int32_t id : output_ids) mark(id);
     for (int32_t id : scratch.touched_ids) {
       float& logit = logits[id];
       // Dividing a positive logit and multiplying a negative one both lower the probability
@@ -123,7 +129,6 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_id
 
   if (additive) {
     for (int32_t id : output_ids) {
-      check_token_id(id, vocab, "output");
       if (scratch.output_counts[id]++ == 0) scratch.touched_ids.push_back(id);
     }
     for (int32_t id : scratch.touched_ids) {

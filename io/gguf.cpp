@@ -3,9 +3,11 @@
 // overflow-checked, and every tensor must lie inside the file.
 #include "io/gguf.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <unordered_set>
 
 #include "errors/error.h"
@@ -179,9 +181,18 @@ GgufValue read_value(Cursor& cursor, GgufValueType type, const std::string& path
         fail("{}: metadata key '{}' claims {} {} elements but only {} bytes remain", path, key,
              count, value_type_name(value.array_type), cursor.remaining());
       }
-      value.array.reserve(static_cast<size_t>(count));
-      for (uint64_t n = 0; n < count; ++n) {
-        value.array.push_back(read_value(cursor, value.array_type, path, key, depth + 1));
+      // The claim is only bounded by the bytes left (which may be gigabytes of tensor data),
+      // and each element costs sizeof(GgufValue) in memory, far more than its encoding: reserve
+      // a bounded amount and let push_back grow as elements are actually read.
+      constexpr uint64_t kMaxArrayReserve = uint64_t{1} << 16;
+      try {
+        value.array.reserve(static_cast<size_t>(std::min({count, max_count, kMaxArrayReserve})));
+        for (uint64_t n = 0; n < count; ++n) {
+          value.array.push_back(read_value(cursor, value.array_type, path, key, depth + 1));
+        }
+      } catch (const std::bad_alloc&) {
+        fail("{}: out of memory reading the {} {} elements of metadata key '{}'", path, count,
+             value_type_name(value.array_type), key);
       }
       break;
     }

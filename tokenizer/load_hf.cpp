@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -44,6 +45,54 @@ json read_json(const std::string& path) {
 std::optional<json> read_json_if_exists(const std::string& path) {
   if (!fs::exists(path)) return std::nullopt;
   return read_json(path);
+}
+
+// Token ids in the files index arrays sized by the largest id, so an absurd id (2000000000)
+// must be rejected before anything is allocated for it. Real vocabularies are dense: the ids
+// are 0 .. (number of entries in the files) - 1, give or take a few holes.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+constexpr int64_t kTokenIdSlack = 1024;  // holes tolerated beyond the number of entries
+
+int64_t max_token_id(size_t entries) {
+  return std::min<int64_t>(kMaxTokenId, static_cast<int64_t>(entries) + kTokenIdSlack);
+}
+
+[[noreturn]] void fail_token_id(const std::string& path, std::string_view token, std::string_view id,
+                                int64_t max_id, size_t entries) {
+  fail("{}: token id {} of '{}' is out of range: ids must be in [0, {}] ({} token entries in the files)", path, id,
+       token, max_id, entries);
+}
+
+// A token id given as a JSON number (vocab, added_tokens, added_tokens.json): an integer in
+// [0, max_token_id(entries)].
+TokenId read_token_id(const json& value, const std::string& path, std::string_view token, size_t entries) {
+  const int64_t max_id = max_token_id(entries);
+  if (value.is_number_unsigned()) {
+    const uint64_t id = value.get<uint64_t>();
+    if (id > static_cast<uint64_t>(max_id)) fail_token_id(path, token, value.dump(), max_id, entries);
+    return static_cast<TokenId>(id);
+  }
+  if (value.is_number_integer()) {
+    const int64_t id = value.get<int64_t>();
+    if (id < 0 || id > max_id) fail_token_id(path, token, value.dump(), max_id, entries);
+    return static_cast<TokenId>(id);
+  }
+  fail("{}: token id of '{}' must be an integer, got {}", path, token, value.dump());
+}
+
+// A token id given as a JSON object key (tokenizer_config.json added_tokens_decoder).
+TokenId parse_token_id(std::string_view text, const std::string& path, size_t entries) {
+  const int64_t max_id = max_token_id(entries);
+  int64_t id = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || error == std::errc::invalid_argument || end != text.data() + text.size()) {
+    fail("{}: added_tokens_decoder key '{}' is not a token id", path, text);
+  }
+  if (error == std::errc::result_out_of_range || id < 0 || id > max_id) {
+    fail("{}: added_tokens_decoder token id {} is out of range: ids must be in [0, {}] ({} token entries in the files)",
+         path, text, max_id, entries);
+  }
+  return static_cast<TokenId>(id);
 }
 
 // A special token in HF configs is a string, an AddedToken object {"content": ...}, or null.
@@ -148,9 +197,10 @@ struct SpecialTokenConfig {
   std::string tokenizer_class;
 };
 
-SpecialTokenConfig read_special_config(const std::optional<json>& config) {
+SpecialTokenConfig read_special_config(const std::optional<json>& config, const std::string& config_path) {
   SpecialTokenConfig out;
-  if (!config || !config->is_object()) return out;
+  if (!config) return out;
+  if (!config->is_object()) fail("{}: expected a JSON object, got {}", config_path, config->type_name());
   const json& c = *config;
   if (c.contains("bos_token")) out.bos = token_content(c["bos_token"]);
   if (c.contains("eos_token")) out.eos = token_content(c["eos_token"]);
@@ -167,8 +217,13 @@ SpecialTokenConfig read_special_config(const std::optional<json>& config) {
 }
 
 // Added token entries: tokenizer.json "added_tokens" and tokenizer_config "added_tokens_decoder".
-void add_added_token(Vocabulary& vocab, TokenId id, const json& entry) {
-  const std::string content = entry.at("content").get<std::string>();
+// `id` is already range-checked; a flag of the wrong type throws json::exception, which the
+// callers turn into an error naming the file.
+void add_added_token(Vocabulary& vocab, TokenId id, const json& entry, const std::string& path) {
+  if (!entry.is_object() || !entry.contains("content") || !entry["content"].is_string()) {
+    fail("{}: added token {} is not an object with a string \"content\": {}", path, id, entry.dump());
+  }
+  const std::string content = entry["content"].get<std::string>();
   vocab.set(id, content, entry.value("special", false) ? TokenType::kControl : TokenType::kUserDefined);
   vocab.set_strip(id, entry.value("lstrip", false), entry.value("rstrip", false));
 }
@@ -253,6 +308,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& dir, const std
   const json root = read_json(path);
   const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
   const std::optional<json> config = read_json_if_exists(config_path);
+  const SpecialTokenConfig special_config = read_special_config(config, config_path);
   try {
     const json& model = root.at("model");
     const std::string model_type = model.value("type", "BPE");
@@ -280,7 +336,13 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& dir, const std
       options.nfc = pipeline.nfc;
       options.ignore_merges = model.value("ignore_merges", false);
       options.add_prefix_space = pipeline.add_prefix_space;
-      auto bpe = std::make_unique<ByteLevelBpeTokenizer>(PreTokenizer(pipeline.patterns), options);
+      std::optional<PreTokenizer> pre_tokenizer;
+      try {
+        pre_tokenizer.emplace(pipeline.patterns);
+      } catch (const Error& e) {
+        fail("{}: pre_tokenizer: {}", path, e.what());
+      }
+      auto bpe = std::make_unique<ByteLevelBpeTokenizer>(std::move(*pre_tokenizer), options);
       byte_level = bpe.get();
       tok = std::move(bpe);
     } else {
@@ -293,8 +355,11 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& dir, const std
     Vocabulary& vocab = tok->mutable_vocabulary();
     if (!model.contains("vocab") || !model["vocab"].is_object()) fail("{}: model.vocab is not an object", path);
     if (model.contains("merges") && !model["merges"].is_array()) fail("{}: model.merges is not an array", path);
+    const json added_tokens = root.value("added_tokens", json::array());
+    if (!added_tokens.is_array() && !added_tokens.is_null()) fail("{}: added_tokens is not an array", path);
+    const size_t entries = model["vocab"].size() + added_tokens.size();
     for (const auto& [text, id] : model["vocab"].items()) {
-      vocab.set(id.get<TokenId>(), text, TokenType::kNormal);
+      vocab.set(read_token_id(id, path, text, entries), text, TokenType::kNormal);
     }
     if (!pipeline.byte_level) {
       for (TokenId id = 0; id < vocab.size(); ++id) {
@@ -302,8 +367,13 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& dir, const std
         if (text.size() == 6 && text.rfind("<0x", 0) == 0 && text.back() == '>') vocab.set_type(id, TokenType::kByte);
       }
     }
-    if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
-      for (const json& entry : root["added_tokens"]) add_added_token(vocab, entry.at("id").get<TokenId>(), entry);
+    if (added_tokens.is_array()) {
+      for (const json& entry : added_tokens) {
+        const std::string content = entry.is_object() && entry.contains("content") && entry["content"].is_string()
+                                        ? entry["content"].get<std::string>()
+                                        : std::string("?");
+        add_added_token(vocab, read_token_id(entry.at("id"), path, content, entries), entry, path);
+      }
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       if (std::optional<TokenId> unk = vocab.find(model["unk_token"].get<std::string>())) {
@@ -319,7 +389,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& dir, const std
     }
 
     apply_post_processor(*tok, root.value("post_processor", json()));
-    apply_special_config(*tok, read_special_config(config), config_path);
+    apply_special_config(*tok, special_config, config_path);
     tok->finalize();
     return tok;
   } catch (const json::exception& e) {
@@ -332,7 +402,7 @@ std::unique_ptr<Tokenizer> load_vocab_and_merges(const std::string& dir) {
   const std::string merges_path = (fs::path(dir) / "merges.txt").string();
   const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
   const std::optional<json> config = read_json_if_exists(config_path);
-  const SpecialTokenConfig special_config = read_special_config(config);
+  const SpecialTokenConfig special_config = read_special_config(config, config_path);
 
   // A slow tokenizer's class decides the pre-tokenizer: Qwen2Tokenizer hardcodes the Qwen2
   // regex and NFC; GPT2Tokenizer (and unknown classes, with a warning) the GPT-2 regex.
@@ -352,29 +422,40 @@ std::unique_ptr<Tokenizer> load_vocab_and_merges(const std::string& dir) {
 
   const json vocab_json = read_json(vocab_path);
   if (!vocab_json.is_object()) fail("{}: expected an object of token -> id", vocab_path);
-  try {
-    for (const auto& [text, id] : vocab_json.items()) vocab.set(id.get<TokenId>(), text, TokenType::kNormal);
-  } catch (const json::exception& e) {
-    fail("{}: expected an object of token -> id: {}", vocab_path, e.what());
+  const std::string added_path = (fs::path(dir) / "added_tokens.json").string();
+  const std::optional<json> added = read_json_if_exists(added_path);
+  if (added && !added->is_object()) {
+    fail("{}: expected an object of token -> id, got {}", added_path, added->type_name());
+  }
+  const json* decoder = nullptr;
+  if (config && config->contains("added_tokens_decoder")) {
+    decoder = &(*config)["added_tokens_decoder"];
+    if (!decoder->is_object()) fail("{}: added_tokens_decoder is not an object of id -> token", config_path);
+  }
+  // Every id is checked against the entries of all three files before any is used.
+  const size_t entries = vocab_json.size() + (added ? added->size() : 0) + (decoder ? decoder->size() : 0);
+
+  for (const auto& [text, id] : vocab_json.items()) {
+    vocab.set(read_token_id(id, vocab_path, text, entries), text, TokenType::kNormal);
   }
 
   std::vector<std::string> special_texts = special_config.additional;
   for (const auto& t : {special_config.bos, special_config.eos, special_config.pad, special_config.unk}) {
     if (t) special_texts.push_back(*t);
   }
-  const std::optional<json> added = read_json_if_exists((fs::path(dir) / "added_tokens.json").string());
-  if (added && added->is_object()) {
+  if (added) {
     for (const auto& [text, id] : added->items()) {
       const bool special = std::find(special_texts.begin(), special_texts.end(), text) != special_texts.end();
-      vocab.set(id.get<TokenId>(), text, special ? TokenType::kControl : TokenType::kUserDefined);
+      vocab.set(read_token_id(id, added_path, text, entries), text,
+                special ? TokenType::kControl : TokenType::kUserDefined);
     }
   }
-  if (config && config->contains("added_tokens_decoder")) {
+  if (decoder) {
     try {
-      for (const auto& [id, entry] : (*config)["added_tokens_decoder"].items()) {
-        add_added_token(vocab, static_cast<TokenId>(std::stol(id)), entry);
+      for (const auto& [id, entry] : decoder->items()) {
+        add_added_token(vocab, parse_token_id(id, config_path, entries), entry, config_path);
       }
-    } catch (const std::exception& e) {
+    } catch (const json::exception& e) {
       fail("{}: invalid added_tokens_decoder: {}", config_path, e.what());
     }
   }

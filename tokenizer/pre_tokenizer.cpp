@@ -118,7 +118,8 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   std::vector<std::string_view> pieces;
   if (text.empty()) return pieces;
   pieces.push_back(text);
-  for (const auto& compiled : compiled_) {
+  for (size_t index = 0; index < compiled_.size(); ++index) {
+    const auto& compiled = compiled_[index];
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
         pcre2_match_data_create_from_pattern(compiled->code, nullptr), &pcre2_match_data_free);
     std::vector<std::string_view> next;
@@ -129,7 +130,16 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
       size_t search_from = 0;
       while (search_from < piece.size()) {
         const int rc = pcre2_match(compiled->code, subject, piece.size(), search_from, 0, match.get(), nullptr);
-        if (rc < 0) break;  // no further match (or a matching error): the rest is a gap
+        if (rc == PCRE2_ERROR_NOMATCH) break;  // no further match: the rest is a gap
+        if (rc < 0) {
+          // Match/depth/heap limits, JIT stack exhaustion...: silently treating the rest as one
+          // gap would encode differently from the reference tokenizer, so refuse instead.
+          std::array<PCRE2_UCHAR, 256> message{};
+          pcre2_get_error_message(rc, message.data(), message.size());
+          fail("pre-tokenizer regex {} of {} failed on a {}-byte piece at offset {}: {} (PCRE2 error {}; pattern: {})",
+               index + 1, compiled_.size(), piece.size(), search_from, reinterpret_cast<const char*>(message.data()),
+               rc, patterns_[index]);
+        }
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
         const size_t begin = ovector[0];
         const size_t end = ovector[1];

@@ -16,10 +16,14 @@ constexpr std::string_view kEndOfTurnTexts[] = {
     "<|end_of_text|>", "<EOT>", "<|EOT|>", "<end_of_utterance>",
 };
 
+// The tables are sized by the largest id, so one absurd id would allocate gigabytes; loaders
+// check ids against their files first, this is the last line of defence.
+constexpr TokenId kMaxTokenId = (TokenId{1} << 24) - 1;
+
 }  // namespace
 
 void Vocabulary::set(TokenId id, std::string text, TokenType type, float score) {
-  if (id < 0) fail("negative token id {} for token '{}'", id, text);
+  if (id < 0 || id > kMaxTokenId) fail("token id {} for token '{}' is out of range [0, {}]", id, text, kMaxTokenId);
   const auto index = static_cast<size_t>(id);
   if (index >= texts_.size()) {
     texts_.resize(index + 1);

@@ -2,10 +2,12 @@
 // GGUF writer, and malformed files (truncated, corrupted) that must all fail with tq::Error.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -629,6 +631,91 @@ TEST(Gguf, RandomByteCorruptionNeverCrashes) {
     for (size_t at : positions) patch(at, original[at]);
   }
   EXPECT_GT(errors, 100);
+}
+
+// --- memory use of claimed array counts ------------------------------------------------------
+
+// A claimed array count is bounded only by the bytes left in the file, and each element costs
+// sizeof(GgufValue) (~100 bytes) in memory. These run in a child process whose address space is
+// capped a little above what it already uses, so an allocation sized by the claim fails there
+// as it would on a real machine with a multi-gigabyte file.
+
+uint64_t address_space_in_use() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Opens `path` under an address-space limit of (current use + file size + headroom) and exits
+// 0 when it fails with a tq::Error that names the file and contains every fragment.
+[[noreturn]] void open_with_capped_memory(const std::string& path, uint64_t file_size,
+                                          const std::vector<std::string>& fragments) {
+  constexpr uint64_t kHeadroom = 256ull << 20;
+  const rlimit limit{address_space_in_use() + file_size + kHeadroom, RLIM_INFINITY};
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(10);
+  try {
+    GgufFile::open(path);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    if (message.rfind(path, 0) != 0) {
+      std::fprintf(stderr, "message does not start with the path: %s\n", message.c_str());
+      ::_exit(2);
+    }
+    for (const std::string& fragment : fragments) {
+      if (message.find(fragment) == std::string::npos) {
+        std::fprintf(stderr, "message lacks '%s': %s\n", fragment.c_str(), message.c_str());
+        ::_exit(3);
+      }
+    }
+    ::_exit(0);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "std::bad_alloc escaped\n");
+    ::_exit(4);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "not a tq::Error: %s\n", e.what());
+    ::_exit(5);
+  }
+  std::fprintf(stderr, "no error\n");
+  ::_exit(6);
+}
+
+// A string array claiming as many elements as the 64 MiB that follow could hold (8M), whose
+// second string is corrupt: the error must be reported without first reserving 8M elements
+// (~800 MB) for the claim.
+TEST(GgufDeathTest, ArrayCountDoesNotReserveUpFront) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the process may have other threads
+  TempDir dir;
+  const std::string path = dir.file("claims_8m_strings.gguf");
+  Bytes b;
+  b.data = {'G', 'G', 'U', 'F'};
+  b.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(1);
+  b.str("tokenizer.ggml.tokens").put<uint32_t>(kArr).put<uint32_t>(kStr);
+  const size_t count_at = b.data.size();
+  b.put<uint64_t>(0);  // patched below
+  b.str("a").put<uint64_t>(1ull << 50);
+  b.data.resize(count_at + 8 + (64ull << 20), 0);
+  const uint64_t count = (b.data.size() - count_at - 8) / 8;  // the most the check lets through
+  std::memcpy(b.data.data() + count_at, &count, 8);
+  write_file(path, b.data);
+  EXPECT_EXIT(open_with_capped_memory(path, b.data.size(), {"string length"}), ::testing::ExitedWithCode(0), "");
+}
+
+// A uint8 array whose 8M elements are all really there needs ~800 MB as GgufValues: running
+// out of memory must be a tq::Error naming the file and the key, not an escaping bad_alloc.
+TEST(GgufDeathTest, OutOfMemoryForAnArrayIsAnError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the process may have other threads
+  TempDir dir;
+  const std::string path = dir.file("big_u8_array.gguf");
+  constexpr uint64_t kCount = 8ull << 20;
+  Bytes b;
+  b.data = {'G', 'G', 'U', 'F'};
+  b.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(1);
+  b.str("test.big_bytes").put<uint32_t>(kArr).put<uint32_t>(kU8).put<uint64_t>(kCount);
+  b.data.resize(b.data.size() + kCount, 7);
+  write_file(path, b.data);
+  EXPECT_EXIT(open_with_capped_memory(path, b.data.size(), {"test.big_bytes", "out of memory"}),
+              ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

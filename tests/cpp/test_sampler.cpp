@@ -218,6 +218,34 @@ TEST(ApplyPenaltiesTest, OutOfVocabularyIdThrows) {
   EXPECT_THROW(apply_penalties(logits, kNoTokens, negative, params), Error);
 }
 
+// A bad id after good ones (in the prompt or the output) must throw before anything is
+// marked: stale scratch entries would penalise those tokens again in later calls.
+TEST(ApplyPenaltiesTest, BadIdLeavesScratchAndLogitsClean) {
+  SamplingParams params;
+  params.repetition_penalty = 2.0f;
+  params.frequency_penalty = 1.0f;
+  PenaltyScratch scratch;
+  std::vector<float> warmup(4, 4.0f);
+  apply_penalties(warmup, kNoTokens, kNoTokens, params, scratch);  // sizes the scratch
+  const std::vector<int32_t> good = {0, 1};
+  const std::vector<int32_t> bad_prompt = {0, 1, 9};
+  const std::vector<int32_t> bad_output = {2, 3, 2, -1};
+  std::vector<float> logits(4, 4.0f);
+  EXPECT_THROW(apply_penalties(logits, bad_prompt, good, params, scratch), Error);
+  EXPECT_THROW(apply_penalties(logits, good, bad_output, params, scratch), Error);
+  EXPECT_EQ(logits, std::vector<float>(4, 4.0f));
+  EXPECT_TRUE(scratch.touched_ids.empty());
+  EXPECT_TRUE(
+      std::all_of(scratch.seen.begin(), scratch.seen.end(), [](uint8_t s) { return s == 0; }));
+  EXPECT_TRUE(std::all_of(scratch.output_counts.begin(), scratch.output_counts.end(),
+                          [](int32_t c) { return c == 0; }));
+  // And the next valid call penalises exactly its own tokens.
+  std::vector<float> next(4, 4.0f);
+  const std::vector<int32_t> output = {3};
+  apply_penalties(next, kNoTokens, output, params, scratch);
+  EXPECT_EQ(next, (std::vector<float>{4.0f, 4.0f, 4.0f, 4.0f / 2.0f - 1.0f}));
+}
+
 TEST(ApplyPenaltiesTest, NoPenaltiesLeaveLogitsUntouched) {
   std::vector<float> logits = {1.0f, -1.0f};
   const std::vector<int32_t> ids = {0, 1, 7};  // not even range-checked: nothing to do

