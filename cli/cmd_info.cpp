@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/session.h"
+#include "errors/error.h"
 #include "kv/kv_cache.h"
 
 namespace tq {
@@ -18,10 +19,27 @@ struct InfoFlags {
 int run_info(const InfoFlags& f) {
   const LoadedModel m = load_model_for_cli(f.model, /*with_weights=*/false);  // metadata only: no conversion
   const ModelConfig& c = m.config;
-  nlohmann::json kv = nlohmann::json::object();
-  for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16}) {
-    const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim, 16, d};
-    kv[std::string(kv_dtype_name(d))] = shape.bytes_per_token();
+  // Every dtype this model's head_dim can be stored as: bytes per token (K+V, all layers) and
+  // the tokens one GiB of cache holds.
+  nlohmann::json kv = nlohmann::json::object(), kv_modes = nlohmann::json::array();
+  for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0, KvDtype::Q4_0H,
+                    KvDtype::TQ4, KvDtype::TQ3_5, KvDtype::TQ3, KvDtype::TQ2_5, KvDtype::TQ2}) {
+    try {
+      check_kv_dtype(d, c.head_dim, /*hadamard_rotation=*/false);
+    } catch (const Error&) {
+      continue;
+    }
+    KvCacheShape shape;
+    shape.num_layers = c.num_layers;
+    shape.num_kv_heads = c.num_kv_heads;
+    shape.head_dim = c.head_dim;
+    shape.k_dtype = shape.v_dtype = d;
+    const std::string name(kv_dtype_name(d));
+    kv[name] = shape.bytes_per_token();
+    kv_modes.push_back({{"mode", name},
+                        {"bits_per_element", kv_bits_per_element(d, c.head_dim)},
+                        {"bytes_per_token", shape.bytes_per_token()},
+                        {"tokens_per_gib", (size_t{1} << 30) / shape.bytes_per_token()}});
   }
   nlohmann::json dtypes = m.stored_dtypes;
   nlohmann::json j = {{"path", m.path},
@@ -41,7 +59,8 @@ int run_info(const InfoFlags& f) {
                       {"rope_theta", c.rope_theta},
                       {"tied_embeddings", c.tie_word_embeddings},
                       {"chat_template", !m.chat_template.empty()},
-                      {"kv_bytes_per_token", kv}};
+                      {"kv_bytes_per_token", kv},
+                      {"kv_modes", kv_modes}};
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -57,9 +76,11 @@ int run_info(const InfoFlags& f) {
               c.head_dim, c.rope_theta);
   std::printf("context length: %d\n", c.max_position);
   std::printf("chat template:  %s\n", m.chat_template.empty() ? "none" : "yes");
-  std::printf("KV bytes/token:");
-  for (const auto& [name, bytes] : kv.items()) std::printf(" %s %zu", name.c_str(), bytes.get<size_t>());
-  std::printf("\n");
+  std::printf("KV cache:       %-6s %10s %12s %14s\n", "mode", "bits/elem", "bytes/token", "tokens/GiB");
+  for (const auto& row : kv_modes)
+    std::printf("                %-6s %10.2f %12zu %14zu\n", row["mode"].get<std::string>().c_str(),
+                row["bits_per_element"].get<double>(), row["bytes_per_token"].get<size_t>(),
+                row["tokens_per_gib"].get<size_t>());
   return 0;
 }
 

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tq::register_chat(app, action);
   tq::register_info(app, action);
   tq::register_tokenize(app, action);
+  tq::register_eval(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "errors/error.h"
 
@@ -22,6 +24,27 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {
   cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype, "KV cache element type: " + kv_dtype_choices())
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype-k", o.kv_cache_dtype_k, "element type of keys (default: --kv-cache-dtype)");
+  cmd->add_option("--kv-cache-dtype-v", o.kv_cache_dtype_v, "element type of values (default: --kv-cache-dtype)");
+  cmd->add_option("--kv-protect-layers", o.protect_layers,
+                  "keep the first and last N layers' K/V in f16 (full precision)")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--tq-rotation", o.tq_rotation, "TurboQuant rotation: dense (QR of a Gaussian) or hadamard")
+      ->capture_default_str();
+  cmd->add_option("--tq-codebook", o.tq_codebook,
+                  "TurboQuant codebook law: beta (exact coordinate law) or gaussian (N(0, 1/d))")
+      ->capture_default_str();
+  cmd->add_option("--tq-seed", o.tq_seed, "seed of the per-layer rotations")->capture_default_str();
+  cmd->add_flag("--tq-plain-norm", o.tq_plain_norm,
+                "store the row norm itself instead of the norm-corrected scale");
+  cmd->add_option("--tq-keys", o.tq_keys,
+                  "TurboQuant key preconditioning from calibration: plain, centered (mean key row subtracted) or "
+                  "smoothed (centered, and channels scaled by key/query energy)")
+      ->capture_default_str();
+  cmd->add_flag("--tq-center-values", o.tq_center_values, "subtract the calibrated mean value row too");
+  cmd->add_option("--kv-calibration-file", o.calibration_file,
+                  "text whose f32 prefill gives the tq modes' per-head centers and outlier channels")
       ->capture_default_str();
   cmd->add_option("--block-size", o.block_size, "tokens per KV cache block")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--max-model-len", o.max_model_len, "context length (default: the model's, at most 8192)")
@@ -58,20 +81,96 @@ LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {
   return m;
 }
 
+namespace {
+KvDtype dtype_flag(const std::string& value, const char* flag) {
+  const auto d = parse_kv_dtype(value);
+  if (!d) fail("{} '{}' is not one of: {}", flag, value, kv_dtype_choices());
+  return *d;
+}
+}  // namespace
+
+KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
+  KvCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.block_size = o.block_size;
+  const KvDtype both = dtype_flag(o.kv_cache_dtype, "--kv-cache-dtype");
+  shape.k_dtype = o.kv_cache_dtype_k.empty() ? both : dtype_flag(o.kv_cache_dtype_k, "--kv-cache-dtype-k");
+  shape.v_dtype = o.kv_cache_dtype_v.empty() ? both : dtype_flag(o.kv_cache_dtype_v, "--kv-cache-dtype-v");
+  if (2 * o.protect_layers > c.num_layers)
+    fail("--kv-protect-layers {} protects the first and last {} layers, but the model has only {} layers",
+         o.protect_layers, o.protect_layers, c.num_layers);
+  shape.protect_layers = o.protect_layers;
+  const bool hadamard = parse_rotation_kind(o.tq_rotation) == RotationKind::hadamard;
+  check_kv_dtype(shape.k_dtype, c.head_dim, hadamard);
+  check_kv_dtype(shape.v_dtype, c.head_dim, hadamard);
+  return shape;
+}
+
+KvQuantOptions quant_options_for(const CacheOptions& o) {
+  KvQuantOptions q;
+  q.rotation = parse_rotation_kind(o.tq_rotation);
+  q.codebook = parse_codebook_kind(o.tq_codebook);
+  q.seed = o.tq_seed;
+  q.scale_mode = o.tq_plain_norm ? TqScaleMode::plain_norm : TqScaleMode::norm_corrected;
+  if (o.tq_keys != "plain" && o.tq_keys != "centered" && o.tq_keys != "smoothed")
+    fail("--tq-keys '{}' is not one of: plain, centered, smoothed", o.tq_keys);
+  q.center_keys = o.tq_keys != "plain";
+  q.scale_keys = o.tq_keys == "smoothed";
+  q.center_values = o.tq_center_values;
+  return q;
+}
+
+std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
+                                    Transformer& model, const Tokenizer* tokenizer) {
+  const KvQuantOptions q = quant_options_for(o);
+  const bool split = kv_dtype_is_split(shape.k_dtype) || kv_dtype_is_split(shape.v_dtype);
+  const bool tq = kv_dtype_is_tq(shape.k_dtype) || kv_dtype_is_tq(shape.v_dtype);
+  const bool affine = q.center_keys || q.scale_keys || q.center_values;
+  KvCalibration cal;
+  if (split || (tq && affine)) {
+    if (!tokenizer) fail("tq modes need the model's tokenizer to calibrate the cache (or --tq-keys plain without split modes)");
+    std::ifstream in(o.calibration_file, std::ios::binary);
+    if (!in) fail("cannot read the KV calibration text '{}' (--kv-calibration-file)", o.calibration_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    KvCalibrationOptions co;
+    co.center_keys = q.center_keys;
+    co.scale_keys = q.scale_keys;
+    co.center_values = q.center_values;
+    cal = calibrate_kv(model, tokenizer->encode_prompt(text, false), co);
+  }
+  // Affine maps only for TurboQuant sides; the q8_0 / q4_0 / q4_0h baselines stay as llama.cpp
+  // has them.
+  KvAffine affine_maps;
+  if (kv_dtype_is_tq(shape.k_dtype)) {
+    affine_maps.k_mean = cal.affine.k_mean;
+    affine_maps.k_scale = cal.affine.k_scale;
+  }
+  if (kv_dtype_is_tq(shape.v_dtype)) affine_maps.v_mean = cal.affine.v_mean;
+  return std::make_unique<KvCache>(shape, num_blocks, q, cal.outliers, affine_maps);
+}
+
+std::string describe_cache(const KvCache& cache) {
+  const KvCacheShape& s = cache.shape();
+  return fmt::format("KV cache: {}, {} blocks of {} tokens ({} tokens), {:.1f} MiB, {} bytes/token", s.describe(),
+                     cache.num_blocks(), s.block_size, cache.num_blocks() * s.block_size,
+                     double(cache.total_bytes()) / (1 << 20), s.bytes_per_token());
+}
+
 std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions& co) {
   auto session = std::make_unique<Session>();
   Session& s = *session;
-  const auto dtype = parse_kv_dtype(co.kv_cache_dtype);
-  if (!dtype) fail("--kv-cache-dtype '{}' is not one of: {}", co.kv_cache_dtype, kv_dtype_choices());
   s.model = load_model_for_cli(mo);
   const ModelConfig& c = s.model.config;
   s.max_model_len = co.max_model_len > 0 ? co.max_model_len : std::min(c.max_position, 8192);
   if (s.max_model_len > c.max_position)
     fail("--max-model-len {} exceeds the model's context length {}", s.max_model_len, c.max_position);
-  KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim, co.block_size, *dtype};
+  const KvCacheShape shape = cache_shape_for(co, c);
   const int blocks = (s.max_model_len + co.block_size - 1) / co.block_size;
-  s.cache = std::make_unique<KvCache>(shape, blocks);
   s.transformer = std::make_unique<Transformer>(s.model.config, s.model.weights);
+  s.cache = make_cache(co, shape, blocks, *s.transformer, s.model.tokenizer.get());
+  if (co.log_cache) std::fprintf(stderr, "%s\n", describe_cache(*s.cache).c_str());
   return session;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/kv_calibration.h"
 #include "kv/kv_cache.h"
 #include "model/loader.h"
 #include "model/transformer.h"
@@ -20,12 +21,33 @@ struct ModelOptions {
 
 struct CacheOptions {
   std::string kv_cache_dtype = "f16";
+  std::string kv_cache_dtype_k;  // empty: kv_cache_dtype
+  std::string kv_cache_dtype_v;  // empty: kv_cache_dtype
+  int protect_layers = 0;
+  std::string tq_rotation = "dense";
+  std::string tq_codebook = "beta";
+  uint64_t tq_seed = KvQuantOptions{}.seed;
+  bool tq_plain_norm = false;
+  std::string tq_keys = "centered";
+  bool tq_center_values = false;
+  std::string calibration_file = kDefaultCalibrationFile;
   int block_size = 16;
   int max_model_len = 0;  // 0: the model's context length, capped at 8192
+  bool log_cache = true;  // print the cache's size and layout to stderr when it is built
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o);
 void add_cache_options(CLI::App* cmd, CacheOptions& o);
+
+// The cache layout and quantizer settings the flags ask for; fails with the valid choices.
+KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c);
+KvQuantOptions quant_options_for(const CacheOptions& o);
+// "KV cache: tq4, 512 blocks of 16 tokens (8192 tokens), 13.5 MiB, 1728 bytes/token"
+std::string describe_cache(const KvCache& cache);
+// Builds a cache of `num_blocks` blocks, calibrating outlier channels first when a split dtype
+// is used (one f32 prefill of the calibration text).
+std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
+                                    Transformer& model, const Tokenizer* tokenizer);
 
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);

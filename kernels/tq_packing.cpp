@@ -50,6 +50,21 @@ size_t tq_codes_bytes(int dim, int bits) {
 
 size_t tq_row_bytes(int dim, int bits) { return tq_codes_bytes(dim, bits) + sizeof(float); }
 
+void check_tq_split_row_shape(int dim, int bits_hi, int bits_lo) {
+  if (dim <= 0 || dim % 2 != 0) fail("TurboQuant split rows need an even head_dim, got {}", dim);
+  check_tq_row_shape(dim / 2, bits_hi);
+  check_tq_row_shape(dim / 2, bits_lo);
+}
+
+size_t tq_split_codes_bytes(int dim, int bits_hi, int bits_lo) {
+  check_tq_split_row_shape(dim, bits_hi, bits_lo);
+  return tq_codes_bytes(dim / 2, bits_hi) + tq_codes_bytes(dim / 2, bits_lo);
+}
+
+size_t tq_split_row_bytes(int dim, int bits_hi, int bits_lo) {
+  return tq_split_codes_bytes(dim, bits_hi, bits_lo) + 2 * sizeof(uint16_t);
+}
+
 void pack_indices(const uint8_t* idx, int dim, int bits, uint8_t* out) {
   check_tq_row_shape(dim, bits);
   if (bits == 3) {

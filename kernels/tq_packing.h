@@ -1,6 +1,6 @@
 // TurboQuant index packing (DESIGN.md section 5): the layout of the packed codes of one row, and
 // the byte arithmetic of a row. Defined here and only here; quant/tq_row.h (encode / decode) and
-// kernels/attention_tq.h (attention over packed rows) both build on it.
+// kernels/coded_row.h (decoding rows for attention) both build on it.
 //
 // Row layout, tq_row_bytes(d, b) = d*b/8 + 4 bytes:
 //   [0, d*b/8)         packed indices (layout below)
@@ -18,6 +18,17 @@
 //   bytes [d/4, d/4+d/8)  = the b = 1 packing of (idx >> 2)
 // which is dense (3d/8 bytes) and lets a kernel reuse the 2-bit and 1-bit unpack paths.
 // Requirements on d: even for b = 4, a multiple of 4 for b = 2, of 8 for b = 1 and 3.
+//
+// Split rows (the fractional-bit modes tq3.5 and tq2.5): the d values, already permuted so that
+// the outlier group comes first, are two half-rows of d/2 coded independently, the first with
+// bits_hi, the second with bits_lo, each with its own codebook and scale (kv/ rotates both
+// halves with the layer's one d/2 rotation):
+//   [0, S_hi)                 packed indices of the first half  (S_hi = (d/2)*bits_hi/8)
+//   [S_hi, S_hi + S_lo)       packed indices of the second half (S_lo = (d/2)*bits_lo/8)
+//   [S_hi + S_lo, +2)         scale of the first half, fp16
+//   [S_hi + S_lo + 2, +2)     scale of the second half, fp16
+// Two fp16 scales take the 4 bytes of one fp32 scale, so a split row costs no more than a
+// plain one of the same average bits (fp16's 11-bit precision is far below the codes' error).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +41,11 @@ void check_tq_row_shape(int dim, int bits);
 size_t tq_codes_bytes(int dim, int bits);
 // Bytes of a whole row, d*b/8 + 4.
 size_t tq_row_bytes(int dim, int bits);
+
+// Split rows: fails unless d/2 satisfies the packing requirement of both bit widths.
+void check_tq_split_row_shape(int dim, int bits_hi, int bits_lo);
+size_t tq_split_codes_bytes(int dim, int bits_hi, int bits_lo);  // S_hi + S_lo
+size_t tq_split_row_bytes(int dim, int bits_hi, int bits_lo);    // S_hi + S_lo + 4
 
 // The packing. idx values must be < 2^bits (higher bits are ignored). out / idx are
 // tq_codes_bytes(dim, bits) / dim bytes.

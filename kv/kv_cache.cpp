@@ -2,6 +2,8 @@
 
 #include <new>
 
+#include <fmt/format.h>
+
 #include "errors/error.h"
 
 namespace tq {
@@ -32,18 +34,64 @@ void BlockAllocator::release(int block) {
   free_.push_back(block);
 }
 
-KvCache::KvCache(const KvCacheShape& shape, int num_blocks)
+size_t KvCacheShape::layer_bytes_per_token(int layer) const {
+  return static_cast<size_t>(num_kv_heads) *
+         (kv_row_bytes(k_dtype_of(layer), head_dim) + kv_row_bytes(v_dtype_of(layer), head_dim));
+}
+
+size_t KvCacheShape::bytes_per_token() const {
+  size_t total = 0;
+  for (int l = 0; l < num_layers; ++l) total += layer_bytes_per_token(l);
+  return total;
+}
+
+std::string KvCacheShape::describe() const {
+  std::string out = k_dtype == v_dtype ? std::string(kv_dtype_name(k_dtype))
+                                       : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
+  if (protect_layers > 0 && (k_dtype != protect_dtype || v_dtype != protect_dtype))
+    out += fmt::format(", first/last {} layers {}", protect_layers, kv_dtype_name(protect_dtype));
+  return out;
+}
+
+KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options,
+                 const OutlierPartition& outliers, const KvAffine& affine)
     : shape_(shape), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
-  head_stride_ = shape.row_bytes() * shape.block_size;
-  block_stride_ = head_stride_ * shape.num_kv_heads;
-  layer_bytes_ = block_stride_ * num_blocks;
-  const size_t arena = layer_bytes_ * shape.num_layers;
-  k_arena_.reset(new (std::nothrow) uint8_t[arena]);
-  v_arena_.reset(new (std::nothrow) uint8_t[arena]);
+  if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.block_size <= 0)
+    fail("KV cache shape needs positive layers, KV heads and block size (got {}, {}, {})", shape.num_layers,
+         shape.num_kv_heads, shape.block_size);
+  if (!kv_dtype_is_fp(shape.protect_dtype)) fail("protected layers must use f32, bf16 or f16, not {}", kv_dtype_name(shape.protect_dtype));
+  auto layer_order = [&](const std::vector<std::vector<std::vector<int>>>& orders, int l, KvDtype dtype) {
+    if (!kv_dtype_is_split(dtype) || l >= static_cast<int>(orders.size())) return std::vector<std::vector<int>>{};
+    return orders[l];
+  };
+  auto layer_affine = [&](const std::vector<std::vector<std::vector<float>>>& means, int l, KvDtype dtype) {
+    if (kv_dtype_is_fp(dtype) || l >= static_cast<int>(means.size())) return std::vector<std::vector<float>>{};
+    return means[l];
+  };
+  auto layout = [&](KvDtype dtype, size_t& offset) {
+    SideLayout s;
+    s.offset = offset;
+    s.row_bytes = kv_row_bytes(dtype, shape.head_dim);
+    s.head_stride = s.row_bytes * shape.block_size;
+    s.block_stride = s.head_stride * shape.num_kv_heads;
+    offset += s.block_stride * num_blocks;
+    return s;
+  };
+  for (int l = 0; l < shape.num_layers; ++l) {
+    const KvDtype kd = shape.k_dtype_of(l), vd = shape.v_dtype_of(l);
+    k_codecs_.emplace_back(kd, shape.head_dim, l, options, layer_order(outliers.k_order, l, kd),
+                           layer_affine(affine.k_mean, l, kd), layer_affine(affine.k_scale, l, kd));
+    v_codecs_.emplace_back(vd, shape.head_dim, l, options, layer_order(outliers.v_order, l, vd),
+                           layer_affine(affine.v_mean, l, vd));
+    k_layout_.push_back(layout(kd, k_bytes_));
+    v_layout_.push_back(layout(vd, v_bytes_));
+  }
+  k_arena_.reset(new (std::nothrow) uint8_t[k_bytes_]);
+  v_arena_.reset(new (std::nothrow) uint8_t[v_bytes_]);
   if (!k_arena_ || !v_arena_) {
     k_arena_.reset();
     v_arena_.reset();
-    fail("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks, 2.0 * arena / (1 << 20));
+    fail("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks, double(k_bytes_ + v_bytes_) / (1 << 20));
   }
 }
 
@@ -70,29 +118,52 @@ void KvCache::release(BlockTable& table) {
   table.num_tokens = 0;
 }
 
-uint8_t* KvCache::row_ptr(uint8_t* arena, int layer, int block, int head, int offset) const {
-  return arena + layer * layer_bytes_ + block * block_stride_ + head * head_stride_ + offset * shape_.row_bytes();
-}
-
 void KvCache::write(int layer, const BlockTable& table, int position, const float* k, const float* v) {
   const int block = table.blocks.at(position / shape_.block_size);
   const int offset = position % shape_.block_size;
+  const KvRowCodec& kc = k_codecs_[layer];
+  const KvRowCodec& vc = v_codecs_[layer];
   for (int h = 0; h < shape_.num_kv_heads; ++h) {
-    kv_encode_row(shape_.dtype, k + h * shape_.head_dim, shape_.head_dim,
-                  row_ptr(k_arena_.get(), layer, block, h, offset));
-    kv_encode_row(shape_.dtype, v + h * shape_.head_dim, shape_.head_dim,
-                  row_ptr(v_arena_.get(), layer, block, h, offset));
+    kc.encode(k + h * shape_.head_dim, h, row_ptr(k_arena_.get(), k_layout_[layer], block, h, offset));
+    vc.encode(v + h * shape_.head_dim, h, row_ptr(v_arena_.get(), v_layout_[layer], block, h, offset));
   }
 }
 
+void KvCache::read(int layer, const BlockTable& table, int position, float* k, float* v) const {
+  const int block = table.blocks.at(position / shape_.block_size);
+  const int offset = position % shape_.block_size;
+  for (int h = 0; h < shape_.num_kv_heads; ++h) {
+    k_codecs_[layer].decode(row_ptr(k_arena_.get(), k_layout_[layer], block, h, offset), h, k + h * shape_.head_dim);
+    v_codecs_[layer].decode(row_ptr(v_arena_.get(), v_layout_[layer], block, h, offset), h, v + h * shape_.head_dim);
+  }
+}
+
+bool KvCache::layer_is_fp(int layer) const {
+  return kv_dtype_is_fp(shape_.k_dtype_of(layer)) && kv_dtype_is_fp(shape_.v_dtype_of(layer));
+}
+
 PagedRows KvCache::k_pages(int layer) const {
-  return PagedRows{k_arena_.get() + layer * layer_bytes_, block_stride_, head_stride_, shape_.row_bytes(),
-                   kv_fp_elem(shape_.dtype)};
+  const SideLayout& s = k_layout_[layer];
+  return PagedRows{k_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                   kv_fp_elem(shape_.k_dtype_of(layer))};
 }
 
 PagedRows KvCache::v_pages(int layer) const {
-  return PagedRows{v_arena_.get() + layer * layer_bytes_, block_stride_, head_stride_, shape_.row_bytes(),
-                   kv_fp_elem(shape_.dtype)};
+  const SideLayout& s = v_layout_[layer];
+  return PagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                   kv_fp_elem(shape_.v_dtype_of(layer))};
+}
+
+CodedPagedRows KvCache::coded_k_pages(int layer) const {
+  const SideLayout& s = k_layout_[layer];
+  return CodedPagedRows{k_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                        k_codecs_[layer].row_format()};
+}
+
+CodedPagedRows KvCache::coded_v_pages(int layer) const {
+  const SideLayout& s = v_layout_[layer];
+  return CodedPagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                        v_codecs_[layer].row_format()};
 }
 
 }  // namespace tq

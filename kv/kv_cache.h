@@ -1,15 +1,20 @@
 // The paged KV cache: one arena for K and one for V, each laid out
 //   [layer][block][kv_head][offset][row bytes]
-// so one head's rows within a block are contiguous for the attention kernel. A sequence owns
+// so one head's rows within a block are contiguous for the attention kernel. Row bytes follow
+// each layer's K or V dtype (quantized rows live in the same block pool; protected layers keep
+// full precision), so a block id means the same token slots in every layer. A sequence owns
 // a BlockTable; token t of it lives in block table[t / block_size] at offset t % block_size.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/attention_fp.h"
+#include "kernels/attention_coded.h"
 #include "kv/kv_dtype.h"
+#include "kv/kv_row_codec.h"
 
 namespace tq {
 
@@ -18,13 +23,23 @@ struct KvCacheShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size = 16;
-  KvDtype dtype = KvDtype::BF16;
+  KvDtype k_dtype = KvDtype::F16;
+  KvDtype v_dtype = KvDtype::F16;
+  // The first and last `protect_layers` layers store K and V as `protect_dtype` (full precision).
+  int protect_layers = 0;
+  KvDtype protect_dtype = KvDtype::F16;
 
-  size_t row_bytes() const { return kv_row_bytes(dtype, head_dim); }
+  bool is_protected(int layer) const { return layer < protect_layers || layer >= num_layers - protect_layers; }
+  KvDtype k_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : k_dtype; }
+  KvDtype v_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : v_dtype; }
+  // K + V bytes of one token of one layer, over its KV heads.
+  size_t layer_bytes_per_token(int layer) const;
   // K + V bytes of one token over all layers and KV heads.
-  size_t bytes_per_token() const { return 2 * static_cast<size_t>(num_layers) * num_kv_heads * row_bytes(); }
+  size_t bytes_per_token() const;
   // K + V bytes of one block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
+  // "tq4" or "k=tq4,v=tq3" plus ", first/last N layers f16" when protected.
+  std::string describe() const;
 };
 
 // Free list of block ids. Lowest ids first, so runs are reproducible.
@@ -49,13 +64,15 @@ struct BlockTable {
 
 class KvCache {
  public:
-  // Throws tq::Error when the arenas cannot be allocated (message gives the size asked).
-  KvCache(const KvCacheShape& shape, int num_blocks);
+  // Throws tq::Error when the arenas cannot be allocated (message gives the size asked) or a
+  // dtype cannot store this head_dim. `outliers` gives the split dtypes' channel orders.
+  KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options = {},
+          const OutlierPartition& outliers = {}, const KvAffine& affine = {});
 
   const KvCacheShape& shape() const { return shape_; }
   int num_blocks() const { return num_blocks_; }
   BlockAllocator& allocator() { return allocator_; }
-  size_t total_bytes() const { return 2 * layer_bytes_ * shape_.num_layers; }
+  size_t total_bytes() const { return k_bytes_ + v_bytes_; }
 
   // Grow `table` so it can hold `num_tokens` tokens. False (table unchanged) when the pool is
   // out of blocks.
@@ -65,18 +82,37 @@ class KvCache {
   // Store K and V of one token: k, v: [num_kv_heads, head_dim] fp32.
   void write(int layer, const BlockTable& table, int position, const float* k, const float* v);
 
-  // Views the attention kernel reads.
+  // Read back the stored K and V of one token (decoded, in model space): k, v [num_kv_heads, head_dim].
+  void read(int layer, const BlockTable& table, int position, float* k, float* v) const;
+
+  // True when layer's K and V are both f32/bf16/f16 (the FP attention kernel reads them).
+  bool layer_is_fp(int layer) const;
+  // Views the FP attention kernel reads (FP layers only).
   PagedRows k_pages(int layer) const;
   PagedRows v_pages(int layer) const;
+  // Views the coded attention kernel reads (any layer).
+  CodedPagedRows coded_k_pages(int layer) const;
+  CodedPagedRows coded_v_pages(int layer) const;
+  const KvRowCodec& k_codec(int layer) const { return k_codecs_[layer]; }
+  const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 
  private:
-  uint8_t* row_ptr(uint8_t* arena, int layer, int block, int head, int offset) const;
+  // Where one side (K or V) of one layer lives in its arena.
+  struct SideLayout {
+    size_t offset = 0;        // of the layer in the arena
+    size_t row_bytes = 0;
+    size_t head_stride = 0;   // bytes of one head's rows in a block
+    size_t block_stride = 0;  // bytes of one block of this layer
+  };
+  static uint8_t* row_ptr(uint8_t* arena, const SideLayout& s, int block, int head, int offset) {
+    return arena + s.offset + block * s.block_stride + head * s.head_stride + offset * s.row_bytes;
+  }
 
   KvCacheShape shape_;
   int num_blocks_;
-  size_t head_stride_;   // bytes of one head's rows in a block
-  size_t block_stride_;  // bytes of one block in one layer
-  size_t layer_bytes_;   // bytes of one layer's K (or V) arena
+  std::vector<SideLayout> k_layout_, v_layout_;  // [layer]
+  std::vector<KvRowCodec> k_codecs_, v_codecs_;  // [layer]
+  size_t k_bytes_ = 0, v_bytes_ = 0;
   std::unique_ptr<uint8_t[]> k_arena_;
   std::unique_ptr<uint8_t[]> v_arena_;
   BlockAllocator allocator_;

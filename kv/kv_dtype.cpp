@@ -2,39 +2,130 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
+#include "errors/error.h"
 #include "kernels/dequantize.h"
+#include "kernels/tq_packing.h"
 
 namespace tq {
 
+namespace {
+
+struct NamedDtype {
+  KvDtype dtype;
+  std::string_view name;
+};
+constexpr NamedDtype kDtypes[] = {
+    {KvDtype::F32, "f32"},   {KvDtype::BF16, "bf16"},   {KvDtype::F16, "f16"},  {KvDtype::Q8_0, "q8_0"},
+    {KvDtype::Q4_0, "q4_0"}, {KvDtype::Q4_0H, "q4_0h"}, {KvDtype::TQ4, "tq4"},  {KvDtype::TQ3, "tq3"},
+    {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"},
+};
+
+bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+void require_fp(KvDtype dtype, const char* what) {
+  if (!kv_dtype_is_fp(dtype)) fail("{} is only defined for f32, bf16 and f16 rows, not {}", what, kv_dtype_name(dtype));
+}
+
+}  // namespace
+
 std::optional<KvDtype> parse_kv_dtype(std::string_view name) {
-  if (name == "f32" || name == "float32") return KvDtype::F32;
-  if (name == "bf16" || name == "bfloat16") return KvDtype::BF16;
-  if (name == "f16" || name == "float16" || name == "fp16") return KvDtype::F16;
+  if (name == "float32") return KvDtype::F32;
+  if (name == "bfloat16") return KvDtype::BF16;
+  if (name == "float16" || name == "fp16") return KvDtype::F16;
+  for (const NamedDtype& d : kDtypes)
+    if (d.name == name) return d.dtype;
   return std::nullopt;
 }
 
 std::string_view kv_dtype_name(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::F32: return "f32";
-    case KvDtype::BF16: return "bf16";
-    case KvDtype::F16: return "f16";
-  }
+  for (const NamedDtype& d : kDtypes)
+    if (d.dtype == dtype) return d.name;
   return "?";
 }
 
-std::string kv_dtype_choices() { return "f32, bf16, f16"; }
+std::string kv_dtype_choices() {
+  std::string out;
+  for (const NamedDtype& d : kDtypes) {
+    if (!out.empty()) out += ", ";
+    out += d.name;
+  }
+  return out;
+}
+
+bool kv_dtype_is_fp(KvDtype dtype) { return dtype == KvDtype::F32 || dtype == KvDtype::BF16 || dtype == KvDtype::F16; }
+
+bool kv_dtype_is_tq(KvDtype dtype) { return kv_dtype_tq_bits(dtype).first > 0; }
+
+bool kv_dtype_is_split(KvDtype dtype) { return dtype == KvDtype::TQ3_5 || dtype == KvDtype::TQ2_5; }
+
+bool kv_dtype_is_rotated(KvDtype dtype) { return dtype == KvDtype::Q4_0H || kv_dtype_is_tq(dtype); }
+
+std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::TQ4: return {4, 4};
+    case KvDtype::TQ3: return {3, 3};
+    case KvDtype::TQ2: return {2, 2};
+    case KvDtype::TQ3_5: return {4, 3};
+    case KvDtype::TQ2_5: return {3, 2};
+    default: return {0, 0};
+  }
+}
+
+void check_kv_dtype(KvDtype dtype, int head_dim, bool hadamard_rotation) {
+  const std::string_view name = kv_dtype_name(dtype);
+  if (head_dim <= 0 || head_dim > 512) fail("--kv-cache-dtype {}: head_dim {} must be in 1..512", name, head_dim);
+  if (kv_dtype_is_fp(dtype)) return;
+  const std::string valid_hint = " (f32, bf16 and f16 take any head_dim)";
+  if (dtype == KvDtype::Q8_0 || dtype == KvDtype::Q4_0 || dtype == KvDtype::Q4_0H) {
+    if (head_dim % 32 != 0) fail("--kv-cache-dtype {} needs head_dim to be a multiple of 32, the model has {}{}", name, head_dim, valid_hint);
+    if (dtype == KvDtype::Q4_0H && !power_of_two(head_dim))
+      fail("--kv-cache-dtype q4_0h rotates rows with a Hadamard transform, which needs a power-of-two head_dim, "
+           "the model has {}; use q4_0 or a tq mode with --tq-rotation dense{}", head_dim, valid_hint);
+    return;
+  }
+  const auto [hi, lo] = kv_dtype_tq_bits(dtype);
+  const int rotated_dim = kv_dtype_is_split(dtype) ? head_dim / 2 : head_dim;
+  try {
+    if (kv_dtype_is_split(dtype)) {
+      check_tq_split_row_shape(head_dim, hi, lo);
+    } else {
+      check_tq_row_shape(head_dim, hi);
+    }
+  } catch (const Error& e) {
+    fail("--kv-cache-dtype {} cannot store head_dim {}: {}{}", name, head_dim, e.what(), valid_hint);
+  }
+  if (hadamard_rotation && !power_of_two(rotated_dim))
+    fail("--kv-cache-dtype {} with --tq-rotation hadamard needs a power-of-two {} ({}), the model's head_dim is {}; "
+         "use --tq-rotation dense", name, kv_dtype_is_split(dtype) ? "head_dim / 2" : "head_dim", rotated_dim, head_dim);
+}
 
 size_t kv_row_bytes(KvDtype dtype, int head_dim) {
-  return static_cast<size_t>(head_dim) * (dtype == KvDtype::F32 ? 4 : 2);
+  const size_t d = static_cast<size_t>(head_dim);
+  switch (dtype) {
+    case KvDtype::F32: return d * 4;
+    case KvDtype::BF16:
+    case KvDtype::F16: return d * 2;
+    case KvDtype::Q8_0: return d / 32 * 34;
+    case KvDtype::Q4_0:
+    case KvDtype::Q4_0H: return d / 32 * 18;
+    default: break;
+  }
+  const auto [hi, lo] = kv_dtype_tq_bits(dtype);
+  return kv_dtype_is_split(dtype) ? tq_split_row_bytes(head_dim, hi, lo) : tq_row_bytes(head_dim, hi);
 }
+
+double kv_bits_per_element(KvDtype dtype, int head_dim) { return 8.0 * kv_row_bytes(dtype, head_dim) / head_dim; }
 
 FpElem kv_fp_elem(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::F32: return FpElem::F32;
     case KvDtype::BF16: return FpElem::BF16;
     case KvDtype::F16: return FpElem::F16;
+    default: break;
   }
+  require_fp(dtype, "the FP attention kernel");
   return FpElem::F32;
 }
 
@@ -53,6 +144,7 @@ void kv_encode_row(KvDtype dtype, const float* src, int head_dim, void* dst) {
       for (int i = 0; i < head_dim; ++i) out[i] = fp32_to_fp16(src[i]);
       return;
     }
+    default: require_fp(dtype, "kv_encode_row");
   }
 }
 
@@ -71,6 +163,7 @@ void kv_decode_row(KvDtype dtype, const void* src, int head_dim, float* dst) {
       for (int i = 0; i < head_dim; ++i) dst[i] = fp16_to_fp32(in[i]);
       return;
     }
+    default: require_fp(dtype, "kv_decode_row");
   }
 }
 

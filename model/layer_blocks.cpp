@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/activation.h"
+#include "kernels/attention_coded.h"
 #include "kernels/attention_fp.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -38,17 +39,14 @@ void rotate_qk(LayerContext& c) {
   }
 }
 
-void attend(LayerContext& c) {
+namespace {
+
+// Full-precision K and V: the FP kernel, exactly as before quantized pages existed.
+void attend_fp(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
   const int T = c.batch.size();
-  const int64_t q_dim = int64_t{m.num_heads} * m.head_dim, kv_dim = int64_t{m.num_kv_heads} * m.head_dim;
-  // Write every token's K/V first: a token then reads the same cached rows whether its
-  // neighbours came in this step or an earlier one.
-  for (int t = 0; t < T; ++t)
-    c.cache.write(c.layer, *c.batch.tables[t], c.batch.positions[t], c.buf.k.data() + t * kv_dim,
-                  c.buf.v.data() + t * kv_dim);
+  const int64_t q_dim = int64_t{m.num_heads} * m.head_dim;
   const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
 #pragma omp parallel for schedule(dynamic) if (T > 1)
   for (int t = 0; t < T; ++t) {
     FpAttentionArgs a;
@@ -64,6 +62,61 @@ void attend(LayerContext& c) {
     a.scale = scale;
     a.out = c.buf.attn.data() + t * q_dim;
     paged_attention_fp(a);
+  }
+}
+
+// Quantized K and/or V: q goes into K's storage space once per head, the kernel scores and
+// accumulates rows as stored (rotated space for TurboQuant), and the output comes back from V's
+// storage space once per head.
+void attend_coded(LayerContext& c, float scale) {
+  const ModelConfig& m = c.config;
+  const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads;
+  const int64_t q_dim = int64_t{m.num_heads} * d;
+  const KvRowCodec& kc = c.cache.k_codec(c.layer);
+  const KvRowCodec& vc = c.cache.v_codec(c.layer);
+  const CodedPagedRows k_pages = c.cache.coded_k_pages(c.layer), v_pages = c.cache.coded_v_pages(c.layer);
+#pragma omp parallel for schedule(dynamic) if (T > 1)
+  for (int t = 0; t < T; ++t) {
+    float* q_store = c.buf.q_store.data() + t * q_dim;
+    float* out_store = c.buf.attn_store.data() + t * q_dim;
+    for (int h = 0; h < m.num_heads; ++h)
+      kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, h / group, q_store + h * d);
+    CodedAttentionArgs a;
+    a.q = q_store;
+    a.n_q_heads = m.num_heads;
+    a.n_kv_heads = m.num_kv_heads;
+    a.head_dim = d;
+    a.block_table = c.batch.tables[t]->blocks.data();
+    a.block_size = c.cache.shape().block_size;
+    a.n_ctx = c.batch.positions[t] + 1;
+    a.k = k_pages;
+    a.v = v_pages;
+    a.scale = scale;
+    a.out = out_store;
+    paged_attention_coded(a);
+    for (int h = 0; h < m.num_heads; ++h)
+      vc.output_from_storage(out_store + h * d, h / group, c.buf.attn.data() + t * q_dim + h * d);
+  }
+}
+
+}  // namespace
+
+void attend(LayerContext& c) {
+  const ModelConfig& m = c.config;
+  const int T = c.batch.size();
+  const int64_t kv_dim = int64_t{m.num_kv_heads} * m.head_dim;
+  if (c.observer) (*c.observer)(c.layer, T, c.buf.q.data(), c.buf.k.data());
+  // Write every token's K/V first: a token then reads the same cached rows whether its
+  // neighbours came in this step or an earlier one (and, for quantized pages, a prompt's own
+  // tokens are seen exactly as a later decode step will see them).
+  for (int t = 0; t < T; ++t)
+    c.cache.write(c.layer, *c.batch.tables[t], c.batch.positions[t], c.buf.k.data() + t * kv_dim,
+                  c.buf.v.data() + t * kv_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+  if (c.cache.layer_is_fp(c.layer)) {
+    attend_fp(c, scale);
+  } else {
+    attend_coded(c, scale);
   }
 }
 

@@ -16,6 +16,8 @@ void ForwardBuffers::reserve(const ModelConfig& c, int tokens) {
   k.resize(T * c.num_kv_heads * c.head_dim);
   v.resize(T * c.num_kv_heads * c.head_dim);
   attn.resize(T * c.num_heads * c.head_dim);
+  q_store.resize(T * c.num_heads * c.head_dim);
+  attn_store.resize(T * c.num_heads * c.head_dim);
   gate.resize(T * c.intermediate_size);
   up.resize(T * c.intermediate_size);
   out.resize(T * c.hidden_size);
@@ -40,7 +42,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
     linear_row(weights_.token_embedding, batch.tokens[t], buf_.x.data() + t * hidden);
 
   for (int l = 0; l < config_.num_layers; ++l) {
-    LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_};
+    LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_, observer_ ? &observer_ : nullptr};
     switch (config_.arch) {
       case Architecture::Llama: llama_layer(ctx); break;
       case Architecture::Qwen2: qwen2_layer(ctx); break;

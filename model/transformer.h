@@ -3,6 +3,7 @@
 // the paged cache first and then lets every token attend over its sequence's cached rows, so
 // a token's result does not depend on how the prompt was chunked or what else is in the batch.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -21,11 +22,18 @@ struct ForwardBuffers {
   std::vector<float> k;       // [T, n_kv_heads * head_dim]
   std::vector<float> v;       // [T, n_kv_heads * head_dim]
   std::vector<float> attn;    // [T, n_heads * head_dim]
+  std::vector<float> q_store;     // [T, n_heads * head_dim] q in K's storage space (quantized KV)
+  std::vector<float> attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
   std::vector<float> gate;    // [T, ffn]
   std::vector<float> up;      // [T, ffn]
   std::vector<float> out;     // [T, hidden] sub-block output before the residual add
   void reserve(const ModelConfig& c, int tokens);
 };
+
+// Sees each layer's attention inputs of a step, after RoPE and before they are cached
+// (calibration of the quantized cache, engine/kv_calibration.h).
+// q: [T, n_heads * head_dim], k: [T, n_kv_heads * head_dim].
+using AttentionObserver = std::function<void(int layer, int n_tokens, const float* q, const float* k)>;
 
 // Everything a layer function needs for one step.
 struct LayerContext {
@@ -36,6 +44,7 @@ struct LayerContext {
   KvCache& cache;
   ForwardBuffers& buf;
   const std::vector<float>& rope_inv_freq;  // [head_dim / 2]
+  const AttentionObserver* observer = nullptr;
 };
 
 // One decoder layer per architecture family (model/llama.cpp, qwen2.cpp, qwen3.cpp).
@@ -53,11 +62,15 @@ class Transformer {
   // logits: [batch.logit_rows.size(), vocab]. Throws tq::Error on an id outside the vocabulary.
   void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
 
+  // Calls `observer` in every layer of every later forward() (empty: none).
+  void set_attention_observer(AttentionObserver observer) { observer_ = std::move(observer); }
+
  private:
   const ModelConfig& config_;
   const ModelWeights& weights_;
   std::vector<float> rope_inv_freq_;
   ForwardBuffers buf_;
+  AttentionObserver observer_;
 };
 
 }  // namespace tq

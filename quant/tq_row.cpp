@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "errors/error.h"
+#include "kernels/dequantize.h"
 
 namespace tq {
 namespace {
@@ -31,6 +32,13 @@ Scratch& scratch(int n) {
   }
   return s;
 }
+
+// A half-row of at most 256 values at 4 bits, plus its scale.
+constexpr size_t kMaxSplitHalfBytes = 256 / 2 + 4;
+
+// fp16 keeps 11 significant bits; a scale beyond its range (no real K/V row norm is near 65504)
+// saturates rather than becoming infinite.
+uint16_t fp16_scale(float s) { return fp32_to_fp16(std::isfinite(s) ? std::fmin(s, 65504.0f) : s); }
 
 }  // namespace
 
@@ -70,6 +78,24 @@ void tq_encode_row(const float* x, const Codebook& codebook, const Rotation& rot
   // 5. Store.
   pack_indices(s.idx.data(), d, codebook.bits, row);
   std::memcpy(row + tq_codes_bytes(d, codebook.bits), &scale, sizeof(float));
+}
+
+void tq_encode_split_row(const float* x, const Codebook& codebook_hi, const Rotation& rotation_hi,
+                         const Codebook& codebook_lo, const Rotation& rotation_lo, uint8_t* row,
+                         TqScaleMode mode) {
+  const int h = rotation_hi.dim();
+  if (rotation_lo.dim() != h) fail("TurboQuant split row: half-row rotations differ in size ({} vs {})", h, rotation_lo.dim());
+  check_tq_split_row_shape(2 * h, codebook_hi.bits, codebook_lo.bits);
+  uint8_t half[kMaxSplitHalfBytes];
+  const size_t hi_codes = tq_codes_bytes(h, codebook_hi.bits), lo_codes = tq_codes_bytes(h, codebook_lo.bits);
+  uint16_t scales[2];
+  tq_encode_row(x, codebook_hi, rotation_hi, half, mode);
+  std::memcpy(row, half, hi_codes);
+  scales[0] = fp16_scale(tq_row_scale(half, h, codebook_hi.bits));
+  tq_encode_row(x + h, codebook_lo, rotation_lo, half, mode);
+  std::memcpy(row + hi_codes, half, lo_codes);
+  scales[1] = fp16_scale(tq_row_scale(half, h, codebook_lo.bits));
+  std::memcpy(row + hi_codes + lo_codes, scales, sizeof scales);
 }
 
 float tq_row_scale(const uint8_t* row, int dim, int bits) {

@@ -26,6 +26,13 @@ enum class TqScaleMode { norm_corrected, plain_norm };
 void tq_encode_row(const float* x, const Codebook& codebook, const Rotation& rotation, uint8_t* row,
                    TqScaleMode mode = TqScaleMode::norm_corrected);
 
+// Encodes a split row (kernels/tq_packing.h): x (dim floats, already permuted so the outlier
+// group is the first half) as two half-rows, the first with codebook_hi / rotation_hi, the second
+// with codebook_lo / rotation_lo (all for dim/2), scales stored as fp16.
+void tq_encode_split_row(const float* x, const Codebook& codebook_hi, const Rotation& rotation_hi,
+                         const Codebook& codebook_lo, const Rotation& rotation_lo, uint8_t* row,
+                         TqScaleMode mode = TqScaleMode::norm_corrected);
+
 // The stored scale of a row.
 float tq_row_scale(const uint8_t* row, int dim, int bits);
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev libutf8proc-dev nlohmann-json3-dev
-          libcpp-httplib-dev libcli11-dev libopenblas-dev libxxhash-dev libfmt-dev libgtest-dev libgmock-dev
+          libcpp-httplib-dev libcli11-dev libopenblas-dev libxxhash-dev libfmt-dev libgtest-dev libgmock-dev libgd-dev libbenchmark-dev fortunes
           python3 python3-pip)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -37,7 +37,7 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
 
   // A cache with more blocks than needed; hand the sequence blocks in a scrambled order.
   const int needed = (c.n_ctx + c.block_size - 1) / c.block_size;
-  KvCache cache({1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype}, needed * 2 + 3);
+  KvCache cache({1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, c.dtype}, needed * 2 + 3);
   std::vector<int> decoy;
   BlockTable table;
   for (int i = 0; i < needed; ++i) {
@@ -98,7 +98,7 @@ TEST(BlockAllocator, HandsOutEveryBlockOnceAndTakesThemBack) {
 }
 
 TEST(KvCache, ReserveIsAllOrNothing) {
-  KvCache cache({2, 2, 8, 4, KvDtype::F32}, 3);
+  KvCache cache({2, 2, 8, 4, KvDtype::F32, KvDtype::F32}, 3);
   BlockTable a, b;
   ASSERT_TRUE(cache.reserve(a, 9));  // 3 blocks of 4
   EXPECT_EQ(a.blocks.size(), 3u);
@@ -113,8 +113,8 @@ TEST(KvCache, ReserveIsAllOrNothing) {
 
 TEST(KvCache, BytesPerTokenFollowTheDtype) {
   // SmolLM2-135M: 30 layers, 3 KV heads, head_dim 64.
-  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F16}.bytes_per_token()), 2u * 30 * 3 * 64 * 2);
-  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F32}.bytes_per_token()), 2u * 30 * 3 * 64 * 4);
+  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F16, KvDtype::F16}.bytes_per_token()), 2u * 30 * 3 * 64 * 2);
+  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F32, KvDtype::F32}.bytes_per_token()), 2u * 30 * 3 * 64 * 4);
 }
 
 }  // namespace

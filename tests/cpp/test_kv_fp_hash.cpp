@@ -29,7 +29,7 @@ uint64_t logits_hash(KvDtype dtype) {
   LoadedModel m = load_model(*path, opts);
   Transformer model(m.config, m.weights);
   const ModelConfig& c = m.config;
-  KvCache cache(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim, 16, dtype}, 8);
+  KvCache cache(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim, 16, dtype, dtype}, 8);
   BlockTable table;
   EXPECT_TRUE(cache.reserve(table, 64));
   std::vector<TokenId> ids;

@@ -46,7 +46,7 @@ std::vector<Checkpoint> all_checkpoints() {
 // every position: [T][vocab].
 std::vector<std::vector<float>> prompt_logits(Transformer& model, const ModelConfig& c, const std::vector<TokenId>& ids,
                                               int chunk, int block_size, KvDtype dtype = KvDtype::F32) {
-  KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim, block_size, dtype}, 512 / block_size + 1);
+  KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim, block_size, dtype, dtype}, 512 / block_size + 1);
   BlockTable table;
   EXPECT_TRUE(cache.reserve(table, static_cast<int>(ids.size())));
   std::vector<std::vector<float>> rows;
@@ -84,7 +84,7 @@ TEST_P(TinyModelParity, LogitsAndGreedyTokensMatchTransformers) {
       // fp32 accumulation against a float64 reference on the same stored weights.
       EXPECT_LE(max_diff, 1e-4 * max_ref) << cp.path << " position " << t;
     }
-    KvCache cache({m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, 16, KvDtype::F32}, 8);
+    KvCache cache({m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, 16, KvDtype::F32, KvDtype::F32}, 8);
     Generator gen(model, cache, m.tokenizer.get(), m.stop_ids);
     SamplingParams greedy;
     greedy.temperature = 0;

@@ -1,0 +1,149 @@
+// Decode attention per KV mode (Google Benchmark): one query token attending over a paged cache of
+// 1k, 4k, 16k and 32k positions, head_dim 64 and 128, 32 query / 8 KV heads, one thread.
+// Each benchmark reports the KV bytes it reads per second; after the run a table gives every
+// mode's time as a speed-up over f16 rows read by the same SIMD kernel (f16/simd), and over the
+// engine's FP kernel (f16/fp, what an f16 cache runs today).
+//   build/bench_attention_decode [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_coded.h"
+#include "kernels/attention_fp.h"
+#include "kv/kv_cache.h"
+
+namespace tq {
+namespace {
+
+constexpr int kQHeads = 32, kKvHeads = 8, kBlock = 16;
+
+// A filled cache of one layer and one sequence for (mode, ctx, d), built once per combination.
+struct Fixture {
+  std::unique_ptr<KvCache> cache;
+  BlockTable table;
+  std::vector<float> q, q_store, out;
+};
+
+Fixture& fixture(const std::string& mode, int ctx, int d) {
+  static std::map<std::string, Fixture> all;
+  const std::string key = mode + "/" + std::to_string(ctx) + "/" + std::to_string(d);
+  auto it = all.find(key);
+  if (it != all.end()) return it->second;
+  Fixture& f = all[key];
+  KvCacheShape shape;
+  shape.num_layers = 1;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = d;
+  shape.block_size = kBlock;
+  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
+  KvQuantOptions o;
+  o.rotation = RotationKind::hadamard;
+  f.cache = std::make_unique<KvCache>(shape, ctx / kBlock + 1, o);
+  if (!f.cache->reserve(f.table, ctx)) std::abort();
+  // Blocks in a scrambled order, as a long-running server's pool hands them out.
+  std::mt19937 rng(ctx + d);
+  std::shuffle(f.table.blocks.begin(), f.table.blocks.end(), rng);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(size_t(kKvHeads) * d), v(k.size());
+  for (int t = 0; t < ctx; ++t) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    f.cache->write(0, f.table, t, k.data(), v.data());
+  }
+  f.q.resize(size_t(kQHeads) * d);
+  for (float& x : f.q) x = normal(rng);
+  f.q_store = f.q;
+  f.out.resize(f.q.size());
+  return f;
+}
+
+void BM_decode_attention(benchmark::State& state, const std::string& mode, bool fp_kernel) {
+  const int ctx = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  Fixture& f = fixture(mode, ctx, d);
+  const KvCache& c = *f.cache;
+  const float scale = 1.0f / std::sqrt(float(d));
+  for (auto _ : state) {
+    if (fp_kernel) {
+      FpAttentionArgs a;
+      a.q = f.q.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
+      a.block_table = f.table.blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
+      a.k = c.k_pages(0), a.v = c.v_pages(0), a.scale = scale, a.out = f.out.data();
+      paged_attention_fp(a);
+    } else {
+      // As the engine does: q into K's storage space once per head, output back once per head.
+      for (int h = 0; h < kQHeads; ++h) c.k_codec(0).query_to_storage(&f.q[h * d], h / (kQHeads / kKvHeads), &f.q_store[h * d]);
+      CodedAttentionArgs a;
+      a.q = f.q_store.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
+      a.block_table = f.table.blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
+      a.k = c.coded_k_pages(0), a.v = c.coded_v_pages(0), a.scale = scale, a.out = f.out.data();
+      paged_attention_coded(a);
+      for (int h = 0; h < kQHeads; ++h) c.v_codec(0).output_from_storage(&f.out[h * d], h / (kQHeads / kKvHeads), &f.q_store[h * d]);
+    }
+    benchmark::DoNotOptimize(f.out.data());
+  }
+  const double bytes = double(ctx) * kKvHeads * (kv_row_bytes(c.shape().k_dtype, d) + kv_row_bytes(c.shape().v_dtype, d));
+  state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                                          benchmark::Counter::kIs1024);
+  state.counters["bits_per_element"] = kv_bits_per_element(c.shape().k_dtype, d);
+}
+
+// Collects each run's time, then prints the speed-up table.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) times_[r.benchmark_name()] = r.GetAdjustedRealTime();
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::printf("\nspeed-up over f16 (same SIMD kernel) and over the engine's f16 FP kernel:\n");
+    std::printf("%-10s %6s %4s %12s %10s %10s\n", "mode", "ctx", "d", "time_us", "vs_f16simd", "vs_f16fp");
+    for (const auto& [name, t] : times_) {
+      // name: decode/<mode>/<ctx>/<d>/...
+      const size_t a = name.find('/') + 1, b = name.find('/', a), c = name.find('/', b + 1);
+      const std::string mode = name.substr(a, b - a), rest = name.substr(b);
+      const std::string shape = name.substr(b, name.find('/', c + 1) - b);
+      auto find = [&](const std::string& m) {
+        for (const auto& [n, tt] : times_)
+          if (n.rfind("decode/" + m + shape, 0) == 0) return tt;
+        return 0.0;
+      };
+      const double simd = find("f16"), fp = find("f16fp");
+      std::printf("%-10s %s %12.1f %10.2f %10.2f\n", mode.c_str(), shape.c_str(), t / 1e3, simd > 0 ? simd / t : 0,
+                  fp > 0 ? fp / t : 0);
+    }
+  }
+
+ private:
+  std::map<std::string, double> times_;
+};
+
+void register_all() {
+  for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq3.5", "tq3", "tq2"}) {
+    const std::string m = mode;
+    const bool fp = m == "f16fp";
+    auto* b = benchmark::RegisterBenchmark(("decode/" + m).c_str(), [m, fp](benchmark::State& s) {
+      BM_decode_attention(s, fp ? "f16" : m, fp);
+    });
+    for (int ctx : {1024, 4096, 16384, 32768})
+      for (int d : {64, 128}) b->Args({ctx, d});
+    b->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+}
+
+}  // namespace
+}  // namespace tq
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  tq::register_all();
+  tq::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,291 @@
+// `tqserve eval quant | kl | niah`: the fidelity measurements of the quantized KV cache
+// (eval/quant_distortion.h, eval/kl_divergence.h, eval/niah.h), as tables, JSON and PNG plots.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/session.h"
+#include "errors/error.h"
+#include "eval/kl_divergence.h"
+#include "eval/niah.h"
+#include "eval/plot.h"
+#include "eval/quant_distortion.h"
+
+namespace tq {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string read_texts(const std::vector<std::string>& files) {
+  if (files.empty()) fail("give at least one --text-file");
+  std::string text;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) fail("cannot read the text file '{}'", f);
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    text += "\n";
+  }
+  return text;
+}
+
+// A mode is a dtype ("tq4", applied to K and V) or "K/V" ("tq4/q8_0").
+CacheOptions options_for_mode(CacheOptions base, const std::string& mode) {
+  const size_t slash = mode.find('/');
+  if (slash == std::string::npos) {
+    base.kv_cache_dtype = mode;
+    base.kv_cache_dtype_k.clear();
+    base.kv_cache_dtype_v.clear();
+  } else {
+    base.kv_cache_dtype_k = mode.substr(0, slash);
+    base.kv_cache_dtype_v = mode.substr(slash + 1);
+  }
+  return base;
+}
+
+void progress_line(const std::string& s) {
+  std::fprintf(stderr, "\r%s   ", s.c_str());
+  std::fflush(stderr);
+}
+
+// ---- quant ---------------------------------------------------------------------------------
+
+struct QuantFlags {
+  int samples = 20000;
+  std::string codebook = "beta";
+  std::string rotation = "dense";
+  bool json = false;
+};
+
+int run_quant(const QuantFlags& f) {
+  QuantDistortionOptions o;
+  o.samples = f.samples;
+  o.codebook = parse_codebook_kind(f.codebook);
+  o.rotation = parse_rotation_kind(f.rotation);
+  const auto rows = measure_quant_distortion(o);
+  nlohmann::json j = {{"samples", o.samples}, {"codebook", f.codebook}, {"rotation", f.rotation}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows)
+    j["rows"].push_back({{"d", r.d}, {"bits", r.bits}, {"mse", r.mse}, {"mse_norm_corrected", r.mse_norm_corrected},
+                         {"paper_mse", r.paper_mse}, {"lower_bound", r.lower_bound}, {"ip_error", r.ip_error},
+                         {"ip_bias", r.ip_bias}, {"ip_error_prod", r.ip_error_prod}, {"ip_bias_prod", r.ip_bias_prod},
+                         {"paper_ip_prod", r.paper_ip_prod}});
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("TurboQuant on %d random unit vectors per row (%s codebook, %s rotation)\n", o.samples,
+              f.codebook.c_str(), f.rotation.c_str());
+  std::printf("%4s %4s %9s %9s %9s %9s | %10s %7s | %10s %7s %10s\n", "d", "bits", "mse", "mse_nc", "paper", "4^-b",
+              "ip_err", "slope", "ip_prod", "slope", "paper_prod");
+  for (const auto& r : rows)
+    std::printf("%4d %4d %9.5f %9.5f %9.4f %9.5f | %10.3e %7.4f | %10.3e %7.4f %10.3e\n", r.d, r.bits, r.mse,
+                r.mse_norm_corrected, r.paper_mse, r.lower_bound, r.ip_error, r.ip_bias, r.ip_error_prod, r.ip_bias_prod,
+                r.paper_ip_prod);
+  return 0;
+}
+
+// ---- kl ------------------------------------------------------------------------------------
+
+struct KlFlags {
+  ModelOptions model;
+  CacheOptions cache;
+  std::vector<std::string> text_files;
+  int ctx = 1024;
+  int max_windows = 0;
+  std::string modes = "q8_0,q4_0,q4_0h,tq4,tq3.5,tq3,tq2.5,tq2";
+  std::string reference = "f32";
+  std::string plot = "kld_vs_bits.png";
+  bool json = false;
+};
+
+CacheFactory factory(const CacheOptions& base, Session& s) {
+  return [&base, &s](const std::string& mode, int blocks) {
+    const CacheOptions o = options_for_mode(base, mode);
+    return make_cache(o, cache_shape_for(o, s.model.config), blocks, *s.transformer, s.model.tokenizer.get());
+  };
+}
+
+int run_kl(KlFlags& f) {
+  f.cache.log_cache = false;
+  auto session = open_session(f.model, f.cache);
+  Session& s = *session;
+  if (!s.model.tokenizer) fail("eval kl needs the model's tokenizer");
+  const std::vector<TokenId> ids = s.model.tokenizer->encode(read_texts(f.text_files), false);
+  KlEvalOptions o;
+  o.ctx = f.ctx;
+  o.max_windows = f.max_windows;
+  const auto modes = split_list(f.modes);
+  if (modes.empty()) fail("--kv-cache-dtype lists no mode");
+  const KlEvalResult r = run_kl_eval(*s.transformer, ids, f.reference, modes, factory(f.cache, s), o, progress_line);
+  std::fprintf(stderr, "\n");
+  nlohmann::json j = {{"reference", r.reference}, {"tokens", r.tokens}, {"windows", r.windows}, {"ctx", f.ctx},
+                      {"text_tokens", ids.size()}, {"modes", nlohmann::json::array()}};
+  LineChart chart{"KL divergence from the " + f.reference + " KV cache", "stored bits per element",
+                  "mean KLD (nats, log scale)", {}, true};
+  for (const auto& m : r.modes) {
+    j["modes"].push_back({{"mode", m.mode}, {"bits_per_element", m.bits_per_element},
+                          {"kv_bytes_per_token", m.kv_bytes_per_token}, {"kld_mean", m.kld_mean},
+                          {"kld_median", m.kld_median}, {"kld_p99", m.kld_p99}, {"kld_max", m.kld_max},
+                          {"top1", m.top1}, {"ppl", m.ppl}, {"ppl_ref", m.ppl_ref}});
+    chart.series.push_back({m.mode, {m.bits_per_element}, {m.kld_mean}, false});
+  }
+  if (!f.plot.empty()) write_line_chart_png(chart, f.plot);
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("KL divergence against the %s KV cache: %d scored positions in %d windows of %d tokens\n",
+              r.reference.c_str(), r.tokens, r.windows, f.ctx);
+  std::printf("%-10s %9s %11s %10s %10s %10s %8s %9s %9s\n", "mode", "bits/elem", "bytes/token", "kld_mean",
+              "kld_median", "kld_p99", "top1", "ppl", "Δppl");
+  for (const auto& m : r.modes)
+    std::printf("%-10s %9.3f %11zu %10.5f %10.5f %10.5f %7.2f%% %9.4f %+9.4f\n", m.mode.c_str(), m.bits_per_element,
+                m.kv_bytes_per_token, m.kld_mean, m.kld_median, m.kld_p99, 100 * m.top1, m.ppl, m.ppl - m.ppl_ref);
+  if (!r.modes.empty()) std::printf("reference perplexity %.4f\n", r.modes[0].ppl_ref);
+  if (!f.plot.empty()) std::printf("plot: %s\n", f.plot.c_str());
+  return 0;
+}
+
+// ---- niah ----------------------------------------------------------------------------------
+
+struct NiahFlags {
+  ModelOptions model;
+  CacheOptions cache;
+  std::vector<std::string> text_files;
+  std::string contexts = "1024,2048,4096,8192";
+  int depths = 10;
+  std::string modes = "f16,q4_0h,tq4,tq3.5";
+  std::string plot = "niah";
+  bool json = false;
+};
+
+int run_niah_cmd(NiahFlags& f) {
+  f.cache.log_cache = false;
+  NiahOptions o;
+  o.contexts.clear();
+  for (const std::string& c : split_list(f.contexts)) {
+    try {
+      o.contexts.push_back(std::stoi(c));
+    } catch (const std::exception&) {
+      fail("--ctx '{}' is not a number", c);
+    }
+  }
+  o.depths = f.depths;
+  if (f.cache.max_model_len == 0) f.cache.max_model_len = *std::max_element(o.contexts.begin(), o.contexts.end()) + o.answer_tokens;
+  auto session = open_session(f.model, f.cache);
+  Session& s = *session;
+  if (!s.model.tokenizer) fail("eval niah needs the model's tokenizer");
+  const auto modes = split_list(f.modes);
+  if (modes.empty()) fail("--kv-cache-dtype lists no mode");
+  const auto results = run_niah(*s.transformer, *s.model.tokenizer, s.model.stop_ids, read_texts(f.text_files), modes,
+                                factory(f.cache, s), o, progress_line);
+  std::fprintf(stderr, "\n");
+  nlohmann::json j = {{"modes", nlohmann::json::array()}};
+  for (const auto& r : results) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const auto& c : r.cells)
+      cells.push_back({{"ctx", c.ctx}, {"depth", c.depth}, {"found", c.found}, {"answer", c.answer}});
+    j["modes"].push_back({{"mode", r.mode}, {"accuracy", r.accuracy}, {"cells", cells}});
+    if (!f.plot.empty()) {
+      HeatMap map{"needle found (" + r.mode + ")", "context length", "depth", {}, {}, {}};
+      for (int c : o.contexts) map.x_ticks.push_back(std::to_string(c));
+      for (int d = 0; d < o.depths; ++d) {
+        map.y_ticks.push_back(fmt::format("{:.2f}", double(d) / o.depths));
+        std::vector<double> row;
+        for (int c : o.contexts)
+          for (const auto& cell : r.cells)
+            if (cell.ctx == c && std::abs(cell.depth - double(d) / o.depths) < 1e-9) row.push_back(cell.found ? 1.0 : 0.0);
+        map.cells.push_back(row);
+      }
+      std::string mode_name = r.mode;
+      std::replace(mode_name.begin(), mode_name.end(), '/', '-');
+      write_heat_map_png(map, f.plot + "_" + mode_name + ".png");
+    }
+  }
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%-10s", "mode");
+  for (int c : o.contexts) std::printf(" %8d", c);
+  std::printf(" %9s\n", "accuracy");
+  for (const auto& r : results) {
+    std::printf("%-10s", r.mode.c_str());
+    for (int c : o.contexts) {
+      int found = 0, total = 0;
+      for (const auto& cell : r.cells)
+        if (cell.ctx == c) found += cell.found, ++total;
+      std::printf(" %4d/%-3d", found, total);
+    }
+    std::printf(" %8.1f%%\n", 100 * r.accuracy);
+  }
+  if (!f.plot.empty()) std::printf("heat maps: %s_<mode>.png\n", f.plot.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app, std::function<int()>& action) {
+  CLI::App* eval = app.add_subcommand("eval", "measure the fidelity of quantized KV caches");
+  eval->require_subcommand(1);
+
+  auto q = std::make_shared<QuantFlags>();
+  CLI::App* quant = eval->add_subcommand("quant", "TurboQuant distortion on random unit vectors vs the paper");
+  quant->add_option("--samples", q->samples, "vectors per (d, bits)")->capture_default_str()->check(CLI::Range(1, 10000000));
+  quant->add_option("--tq-codebook", q->codebook, "beta or gaussian")->capture_default_str();
+  quant->add_option("--tq-rotation", q->rotation, "dense or hadamard")->capture_default_str();
+  quant->add_flag("--json", q->json, "print one JSON object");
+  quant->callback([q, &action] { action = [q] { return run_quant(*q); }; });
+
+  auto k = std::make_shared<KlFlags>();
+  CLI::App* kl = eval->add_subcommand("kl", "KL divergence, top-1 agreement and perplexity per KV mode");
+  add_model_options(kl, k->model);
+  add_cache_options(kl, k->cache);
+  kl->get_option("--kv-cache-dtype")->description("comma-separated modes to compare (a mode: DTYPE or KDTYPE/VDTYPE)");
+  k->cache.kv_cache_dtype = k->modes;
+  kl->add_option("--text-file", k->text_files, "text to score (repeatable; files are concatenated)")->required();
+  kl->add_option("--ctx", k->ctx, "window length in tokens")->capture_default_str()->check(CLI::Range(4, 1 << 20));
+  kl->add_option("--max-windows", k->max_windows, "score at most this many windows (0: all)")->check(CLI::Range(0, 1 << 20));
+  kl->add_option("--reference", k->reference, "KV dtype of the reference run")->capture_default_str();
+  kl->add_option("--plot", k->plot, "PNG of mean KLD against bits per element ('' for none)")->capture_default_str();
+  kl->add_flag("--json", k->json, "print one JSON object");
+  kl->callback([k, &action] {
+    action = [k] {
+      k->modes = k->cache.kv_cache_dtype;
+      k->cache.kv_cache_dtype = "f16";
+      return run_kl(*k);
+    };
+  });
+
+  auto n = std::make_shared<NiahFlags>();
+  CLI::App* niah = eval->add_subcommand("niah", "needle-in-a-haystack retrieval per KV mode, context and depth");
+  add_model_options(niah, n->model);
+  add_cache_options(niah, n->cache);
+  niah->get_option("--kv-cache-dtype")->description("comma-separated modes to compare (a mode: DTYPE or KDTYPE/VDTYPE)");
+  n->cache.kv_cache_dtype = n->modes;
+  niah->add_option("--text-file", n->text_files, "haystack text (repeatable; files are concatenated)")->required();
+  niah->add_option("--ctx", n->contexts, "comma-separated context lengths")->capture_default_str();
+  niah->add_option("--depths", n->depths, "needle depths per context (k/N, k = 0..N-1)")->capture_default_str()->check(CLI::Range(1, 100));
+  niah->add_option("--plot", n->plot, "heat map PNG prefix ('' for none)")->capture_default_str();
+  niah->add_flag("--json", n->json, "print one JSON object");
+  niah->callback([n, &action] {
+    action = [n] {
+      n->modes = n->cache.kv_cache_dtype;
+      n->cache.kv_cache_dtype = "f16";
+      return run_niah_cmd(*n);
+    };
+  });
+}
+
+}  // namespace tq

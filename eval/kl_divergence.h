@@ -1,0 +1,49 @@
+// `tqserve eval kl`: how far a quantized KV cache moves the model's next-token distribution from
+// a full-precision reference. The text is cut into windows of `ctx` tokens; each window is
+// prefilled (in chunks) once per mode, and every position in the second half of a window is
+// scored, so it attends to the mode's stored K/V of at least ctx/2 earlier positions (and of
+// itself: rows are written before they are read, as in serving). Per mode: KL(P_ref || P_mode)
+// mean / median / p99 over scored positions, top-1 agreement with the reference, and the
+// perplexity of the text's next tokens.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/transformer.h"
+
+namespace tq {
+
+struct KlModeResult {
+  std::string mode;
+  double bits_per_element = 0;   // stored bits per K/V element, scales and norms included
+  size_t kv_bytes_per_token = 0;
+  double kld_mean = 0, kld_median = 0, kld_p99 = 0, kld_max = 0;
+  double top1 = 0;  // share of scored positions whose argmax equals the reference's
+  double ppl = 0, ppl_ref = 0;
+};
+
+struct KlEvalResult {
+  std::string reference;
+  int tokens = 0;  // scored positions
+  int windows = 0;
+  std::vector<KlModeResult> modes;
+};
+
+struct KlEvalOptions {
+  int ctx = 1024;
+  int chunk = 256;  // prefill chunk
+  int max_windows = 0;  // 0: every full window of the text
+};
+
+// Builds a cache of the given mode with room for `num_blocks` blocks.
+using CacheFactory = std::function<std::unique_ptr<KvCache>(const std::string& mode, int num_blocks)>;
+
+// Fails when the text has fewer than ctx + 1 tokens or ctx < 4.
+KlEvalResult run_kl_eval(Transformer& model, const std::vector<TokenId>& ids, const std::string& reference,
+                         const std::vector<std::string>& modes, const CacheFactory& make_cache,
+                         const KlEvalOptions& options, const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace tq

@@ -1,0 +1,232 @@
+#include "kernels/attention_coded.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "errors/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TQ_HAVE_X86 1
+#else
+#define TQ_HAVE_X86 0
+#endif
+
+namespace tq {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+constexpr int kMaxGroup = 64;  // query heads per KV head
+
+void check_args(const CodedAttentionArgs& a) {
+  if (a.n_q_heads <= 0 || a.n_kv_heads <= 0 || a.n_q_heads % a.n_kv_heads != 0) {
+    fail("coded attention: n_q_heads ({}) must be a positive multiple of n_kv_heads ({})", a.n_q_heads,
+         a.n_kv_heads);
+  }
+  if (a.n_q_heads / a.n_kv_heads > kMaxGroup) {
+    fail("coded attention: {} query heads per KV head, at most {} supported", a.n_q_heads / a.n_kv_heads,
+         kMaxGroup);
+  }
+  if (a.head_dim <= 0 || a.head_dim > kMaxHeadDim) {
+    fail("coded attention: head_dim {} must be in 1..{}", a.head_dim, kMaxHeadDim);
+  }
+  if (a.k.format.dim != a.head_dim || a.v.format.dim != a.head_dim) {
+    fail("coded attention: row formats are for head_dim {} / {}, not {}", a.k.format.dim, a.v.format.dim,
+         a.head_dim);
+  }
+  check_coded_row_format(a.k.format);
+  check_coded_row_format(a.v.format);
+  if (a.n_ctx < 0) fail("coded attention: n_ctx {} is negative", a.n_ctx);
+  if (a.n_ctx > 0 && a.block_size <= 0) fail("coded attention: block_size {} must be positive", a.block_size);
+  if (!a.q || !a.out || (a.n_ctx > 0 && (!a.block_table || !a.k.base || !a.v.base))) {
+    fail("coded attention: a required pointer argument is null");
+  }
+}
+
+inline const uint8_t* row_ptr(const CodedPagedRows& rows, int32_t block, int g, int offset) {
+  return rows.base + size_t(block) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
+}
+
+}  // namespace
+
+namespace {
+
+using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
+
+// The plain loop: online softmax per query head, each K/V row decoded once for its group.
+void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
+  const int d = a.head_dim;
+  const int group = a.n_q_heads / a.n_kv_heads;
+  float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
+  float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
+  std::vector<float> acc(size_t(group) * d);  // [group, d]
+  for (int g = 0; g < a.n_kv_heads; ++g) {
+    const float* q_group = a.q + size_t(g) * group * d;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
+    std::fill(running_sum, running_sum + group, 0.0f);
+    for (int t = 0; t < a.n_ctx; ++t) {
+      const int32_t block = a.block_table[t / a.block_size];
+      const int offset = t % a.block_size;
+      // Decode the K row once for the whole group.
+      decode(a.k.format, row_ptr(a.k, block, g, offset), k_row);
+      for (int h = 0; h < group; ++h) {
+        const float* q = q_group + size_t(h) * d;
+        float dot = 0;
+        for (int j = 0; j < d; ++j) dot += q[j] * k_row[j];
+        score[h] = dot * a.scale;
+      }
+      decode(a.v.format, row_ptr(a.v, block, g, offset), v_row);
+      for (int h = 0; h < group; ++h) {
+        float* acc_h = acc.data() + size_t(h) * d;
+        float weight;
+        if (score[h] > running_max[h]) {
+          // New maximum: rescale what has been accumulated so far.
+          const float correction = std::exp(running_max[h] - score[h]);
+          running_sum[h] *= correction;
+          for (int j = 0; j < d; ++j) acc_h[j] *= correction;
+          running_max[h] = score[h];
+          weight = 1.0f;
+        } else {
+          weight = std::exp(score[h] - running_max[h]);
+        }
+        running_sum[h] += weight;
+        for (int j = 0; j < d; ++j) acc_h[j] += weight * v_row[j];
+      }
+    }
+    for (int h = 0; h < group; ++h) {
+      float* out = a.out + (size_t(g) * group + h) * d;
+      const float inv = running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f;
+      for (int j = 0; j < d; ++j) out[j] = acc[size_t(h) * d + j] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+void paged_attention_coded_scalar(const CodedAttentionArgs& a) {
+  check_args(a);
+  attention_scalar_loop(a, decode_coded_row_scalar);
+}
+
+void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& a) {
+  check_args(a);
+  const bool simd = coded_row_avx2_available(a.k.format) && coded_row_avx2_available(a.v.format);
+  attention_scalar_loop(a, simd ? decode_coded_row_avx2 : decode_coded_row_scalar);
+}
+
+#if TQ_HAVE_X86
+
+namespace {
+
+#define TQ_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TQ_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+TQ_AVX2_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// d % 8 == 0.
+TQ_AVX2_INLINE float dot_avx2(const float* a, const float* b, int d) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 32 <= d; j += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
+  }
+  for (; j < d; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+  return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
+  const int d = a.head_dim;
+  const int group = a.n_q_heads / a.n_kv_heads;
+  alignas(32) float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
+  float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
+  std::vector<float> acc(size_t(group) * d);  // [group, d]
+  for (int g = 0; g < a.n_kv_heads; ++g) {
+    const float* q_group = a.q + size_t(g) * group * d;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
+    std::fill(running_sum, running_sum + group, 0.0f);
+    for (int t = 0; t < a.n_ctx; ++t) {
+      const int32_t block = a.block_table[t / a.block_size];
+      const int offset = t % a.block_size;
+      decode_coded_row_avx2(a.k.format, row_ptr(a.k, block, g, offset), k_row);
+      for (int h = 0; h < group; ++h) score[h] = dot_avx2(q_group + size_t(h) * d, k_row, d) * a.scale;
+      decode_coded_row_avx2(a.v.format, row_ptr(a.v, block, g, offset), v_row);
+      for (int h = 0; h < group; ++h) {
+        float* acc_h = acc.data() + size_t(h) * d;
+        if (score[h] > running_max[h]) {
+          // New maximum: rescale what has been accumulated so far; this row gets weight 1.
+          const float correction = std::exp(running_max[h] - score[h]);
+          running_sum[h] = running_sum[h] * correction + 1.0f;
+          running_max[h] = score[h];
+          const __m256 c = _mm256_set1_ps(correction);
+          for (int j = 0; j < d; j += 8) {
+            _mm256_storeu_ps(acc_h + j, _mm256_fmadd_ps(_mm256_loadu_ps(acc_h + j), c, _mm256_load_ps(v_row + j)));
+          }
+        } else {
+          const float weight = std::exp(score[h] - running_max[h]);
+          running_sum[h] += weight;
+          const __m256 w = _mm256_set1_ps(weight);
+          for (int j = 0; j < d; j += 8) {
+            _mm256_storeu_ps(acc_h + j, _mm256_fmadd_ps(w, _mm256_load_ps(v_row + j), _mm256_loadu_ps(acc_h + j)));
+          }
+        }
+      }
+    }
+    for (int h = 0; h < group; ++h) {
+      float* out = a.out + (size_t(g) * group + h) * d;
+      const __m256 inv = _mm256_set1_ps(running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f);
+      for (int j = 0; j < d; j += 8) {
+        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(acc.data() + size_t(h) * d + j), inv));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool paged_attention_coded_avx2_available(const CodedAttentionArgs& a) {
+  return coded_row_avx2_available(a.k.format) && coded_row_avx2_available(a.v.format) && a.head_dim % 8 == 0;
+}
+
+void paged_attention_coded_avx2(const CodedAttentionArgs& a) {
+  check_args(a);
+  if (!paged_attention_coded_avx2_available(a)) {
+    fail("coded attention: the AVX2 kernel needs an AVX2+FMA+F16C CPU and head_dim % 8 == 0 (head_dim {})",
+         a.head_dim);
+  }
+  attention_avx2_impl(a);
+}
+
+void paged_attention_coded(const CodedAttentionArgs& a) {
+  if (paged_attention_coded_avx2_available(a)) {
+    paged_attention_coded_avx2(a);
+  } else {
+    paged_attention_coded_scalar(a);
+  }
+}
+
+#else  // !TQ_HAVE_X86
+
+bool paged_attention_coded_avx2_available(const CodedAttentionArgs&) { return false; }
+
+void paged_attention_coded_avx2(const CodedAttentionArgs& a) {
+  check_args(a);
+  fail("coded attention: the AVX2 kernel is not built for this architecture");
+}
+
+void paged_attention_coded(const CodedAttentionArgs& a) { paged_attention_coded_scalar(a); }
+
+#endif
+
+}  // namespace tq

@@ -1,0 +1,58 @@
+// Causal GQA attention for one query token over paged K/V rows in any stored format
+// (kernels/coded_row.h), computed in each side's *storage space*.
+//
+// For a rotated format (TurboQuant, q4_0h) a K row is stored as k' = R k (coded) and, since R is
+// orthogonal, q . k = (R q) . (R k); a V row is stored as v' = R v and
+//   sum_i p_i v_i = R^T (sum_i p_i v'_i).
+// So the caller passes q already in K's storage space (q' = R q, once per head), the kernel scores
+// and accumulates decoded rows as they are stored, and the caller maps the output back from V's
+// storage space once per head. For TurboQuant a decoded row is scale * levels[idx], straight from
+// the packed bytes: no row is ever un-rotated (DESIGN.md section 5).
+//
+// Like paged_attention_fp: online softmax (running max and sum per query head, fp32), and each
+// K/V row is decoded once per KV head group for all of that group's query heads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/coded_row.h"
+
+namespace tq {
+
+// One layer's K (or V) pages: row (block b, kv head g, offset o) starts at
+// base + b * block_stride + g * head_stride + o * row_stride and is stored as `format`.
+struct CodedPagedRows {
+  const uint8_t* base = nullptr;
+  size_t block_stride = 0;
+  size_t head_stride = 0;
+  size_t row_stride = 0;
+  CodedRowFormat format;
+};
+
+struct CodedAttentionArgs {
+  const float* q = nullptr;  // [n_q_heads, head_dim], in K's storage space
+  int n_q_heads = 0;
+  int n_kv_heads = 0;  // n_q_heads % n_kv_heads == 0
+  int head_dim = 0;    // <= 512; equal to k.format.dim and v.format.dim
+  const int32_t* block_table = nullptr;  // [ceil(n_ctx / block_size)]
+  int block_size = 0;
+  int n_ctx = 0;  // attend to positions [0, n_ctx); 0 gives zero outputs
+  CodedPagedRows k, v;
+  float scale = 1.0f;    // 1/sqrt(head_dim)
+  float* out = nullptr;  // [n_q_heads, head_dim], in V's storage space
+};
+
+// The best kernel for this CPU (runtime dispatch: AVX2+FMA+F16C when available, else scalar).
+void paged_attention_coded(const CodedAttentionArgs& args);
+// Plain reference kernel.
+void paged_attention_coded_scalar(const CodedAttentionArgs& args);
+// The same arithmetic in the same order (so the same result, bit for bit), with rows decoded by
+// the SIMD decoders where the CPU has them (they are bit-identical to the scalar ones). The FP
+// cache's kernel (paged_attention_fp) is this.
+void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& args);
+// The AVX2 kernel (SIMD row decoders and dot products). Usable iff
+// paged_attention_coded_avx2_available(args); fails otherwise.
+bool paged_attention_coded_avx2_available(const CodedAttentionArgs& args);
+void paged_attention_coded_avx2(const CodedAttentionArgs& args);
+
+}  // namespace tq

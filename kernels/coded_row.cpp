@@ -1,0 +1,299 @@
+#include "kernels/coded_row.h"
+
+#include <cstring>
+
+#include "errors/error.h"
+#include "kernels/dequantize.h"
+#include "kernels/tq_packing.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TQ_HAVE_X86 1
+#else
+#define TQ_HAVE_X86 0
+#endif
+
+namespace tq {
+namespace {
+
+constexpr int kMaxDim = 512;
+constexpr int kBlock = 32;  // ggml legacy block
+constexpr size_t kQ8Bytes = 2 + 32, kQ4Bytes = 2 + 16;
+
+float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+float load_f16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return fp16_to_fp32(v);
+}
+
+// out[j] = levels[idx_j] * scale over one TurboQuant half or whole row of `dim` values.
+void decode_tq_scalar(const uint8_t* codes, int dim, int bits, const float* levels, float scale, float* out) {
+  uint8_t idx[kMaxDim];
+  unpack_indices(codes, dim, bits, idx);
+  for (int j = 0; j < dim; ++j) out[j] = levels[idx[j]] * scale;
+}
+
+}  // namespace
+
+void check_coded_row_format(const CodedRowFormat& f) {
+  if (f.dim <= 0 || f.dim > kMaxDim) fail("KV row head_dim {} must be in 1..{}", f.dim, kMaxDim);
+  switch (f.codec) {
+    case RowCodec::F32:
+    case RowCodec::BF16:
+    case RowCodec::F16:
+      return;
+    case RowCodec::Q8_0:
+    case RowCodec::Q4_0:
+      if (f.dim % kBlock != 0) fail("q8_0 / q4_0 KV rows need head_dim to be a multiple of 32, got {}", f.dim);
+      return;
+    case RowCodec::TQ:
+      check_tq_row_shape(f.dim, f.bits);
+      if (!f.levels) fail("TurboQuant KV rows need codebook levels");
+      return;
+    case RowCodec::TQ_SPLIT:
+      check_tq_split_row_shape(f.dim, f.bits, f.bits_lo);
+      if (!f.levels || !f.levels_lo) fail("TurboQuant split KV rows need both codebooks");
+      return;
+  }
+  fail("unknown KV row codec {}", int(f.codec));
+}
+
+size_t coded_row_bytes(const CodedRowFormat& f) {
+  switch (f.codec) {
+    case RowCodec::F32: return size_t(f.dim) * 4;
+    case RowCodec::BF16:
+    case RowCodec::F16: return size_t(f.dim) * 2;
+    case RowCodec::Q8_0: return size_t(f.dim / kBlock) * kQ8Bytes;
+    case RowCodec::Q4_0: return size_t(f.dim / kBlock) * kQ4Bytes;
+    case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits);
+    case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
+  }
+  return 0;
+}
+
+void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float* out) {
+  const int d = f.dim;
+  switch (f.codec) {
+    case RowCodec::F32:
+      std::memcpy(out, row, sizeof(float) * d);
+      return;
+    case RowCodec::BF16:
+      for (int j = 0; j < d; ++j) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * j, 2);
+        out[j] = bf16_to_fp32(h);
+      }
+      return;
+    case RowCodec::F16:
+      for (int j = 0; j < d; ++j) out[j] = load_f16(row + 2 * j);
+      return;
+    case RowCodec::Q8_0:
+      for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes) {
+        const float scale = load_f16(row);
+        const auto* q = reinterpret_cast<const int8_t*>(row + 2);
+        for (int j = 0; j < kBlock; ++j) out[b * kBlock + j] = float(q[j]) * scale;
+      }
+      return;
+    case RowCodec::Q4_0:
+      for (int b = 0; b < d / kBlock; ++b, row += kQ4Bytes) {
+        const float scale = load_f16(row);
+        for (int j = 0; j < kBlock / 2; ++j) {
+          out[b * kBlock + j] = float((row[2 + j] & 15) - 8) * scale;
+          out[b * kBlock + j + 16] = float((row[2 + j] >> 4) - 8) * scale;
+        }
+      }
+      return;
+    case RowCodec::TQ:
+      decode_tq_scalar(row, d, f.bits, f.levels, load_f32(row + tq_codes_bytes(d, f.bits)), out);
+      return;
+    case RowCodec::TQ_SPLIT: {
+      const int h = d / 2;
+      const size_t hi_bytes = tq_codes_bytes(h, f.bits), codes = tq_split_codes_bytes(d, f.bits, f.bits_lo);
+      decode_tq_scalar(row, h, f.bits, f.levels, load_f16(row + codes), out);
+      decode_tq_scalar(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
+      return;
+    }
+  }
+}
+
+#if TQ_HAVE_X86
+
+namespace {
+
+#define TQ_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TQ_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+// 8 consecutive bytes, zero-extended to 32-bit lanes.
+TQ_AVX2_INLINE __m256i load8_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// 16-level lookup: each half of the codebook is one register; permute on the low 3 bits of the
+// index in both and pick by bit 3 (moved to the sign bit for blendv).
+TQ_AVX2_INLINE __m256 lut16(__m256 lo, __m256 hi, __m256i idx) {
+  const __m256 a = _mm256_permutevar8x32_ps(lo, idx);
+  const __m256 b = _mm256_permutevar8x32_ps(hi, idx);
+  return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+// TurboQuant decoders: out[j] = (levels * scale)[idx_j]; `lv` is the codebook zero-padded to 16.
+// b = 4, d % 16 == 0: byte c = idx[c] | idx[c + d/2] << 4.
+TQ_AVX2 void decode4(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(lv), s), hi = _mm256_mul_ps(_mm256_loadu_ps(lv + 8), s);
+  const __m256i m4 = _mm256_set1_epi32(15);
+  const int half = d / 2;
+  for (int c = 0; c < half; c += 8) {
+    const __m256i bytes = load8_u8(codes + c);
+    _mm256_storeu_ps(out + c, lut16(lo, hi, _mm256_and_si256(bytes, m4)));
+    _mm256_storeu_ps(out + c + half, lut16(lo, hi, _mm256_srli_epi32(bytes, 4)));
+  }
+}
+
+// b = 2, d % 32 == 0: byte c (c < d/4) holds idx[c + k*d/4] at bits 2k.
+TQ_AVX2 void decode2(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+  const __m256 l = _mm256_mul_ps(_mm256_loadu_ps(lv), _mm256_set1_ps(scale));
+  const __m256i m2 = _mm256_set1_epi32(3);
+  const int s = d / 4;
+  for (int c = 0; c < s; c += 8) {
+    const __m256i bytes = load8_u8(codes + c);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i idx = _mm256_and_si256(_mm256_srl_epi32(bytes, _mm_cvtsi32_si128(2 * k)), m2);
+      _mm256_storeu_ps(out + c + k * s, _mm256_permutevar8x32_ps(l, idx));
+    }
+  }
+}
+
+// b = 3, d % 64 == 0: low two bits in the 2-bit layout (bytes [0, d/4)), high bit in the 1-bit
+// layout (bytes [d/4, d/4 + d/8)). Coordinate j = c + k*d/4 (c < d/4) has its high bit in 1-bit
+// byte j mod d/8 at bit j div d/8, i.e. byte c at bit 2k when c < d/8, else byte c - d/8 at
+// bit 2k+1. With d % 64 == 0 a run of 8 bytes never straddles d/8.
+TQ_AVX2 void decode3(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+  const __m256 l = _mm256_mul_ps(_mm256_loadu_ps(lv), _mm256_set1_ps(scale));
+  const __m256i m2 = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1);
+  const int s2 = d / 4, s1 = d / 8;
+  const uint8_t* high = codes + s2;
+  for (int c = 0; c < s2; c += 8) {
+    const __m256i lo = load8_u8(codes + c);
+    const int second = c >= s1 ? 1 : 0;
+    const __m256i hb = load8_u8(high + c - second * s1);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i low2 = _mm256_and_si256(_mm256_srl_epi32(lo, _mm_cvtsi32_si128(2 * k)), m2);
+      const __m256i top = _mm256_and_si256(_mm256_srl_epi32(hb, _mm_cvtsi32_si128(2 * k + second)), one);
+      _mm256_storeu_ps(out + c + k * s2, _mm256_permutevar8x32_ps(l, _mm256_or_si256(low2, _mm256_slli_epi32(top, 2))));
+    }
+  }
+}
+
+using TqDecodeFn = void (*)(const uint8_t*, int, const float*, float, float*);
+
+TqDecodeFn tq_decoder(int bits, int d) {
+  if (bits == 4 && d % 16 == 0) return decode4;
+  if (bits == 2 && d % 32 == 0) return decode2;
+  if (bits == 3 && d % 64 == 0) return decode3;
+  return nullptr;
+}
+
+TQ_AVX2 void decode_tq_part(const uint8_t* codes, int d, int bits, const float* levels, float scale, float* out) {
+  if (TqDecodeFn fn = tq_decoder(bits, d)) {
+    alignas(32) float lv[16] = {};
+    std::memcpy(lv, levels, sizeof(float) << bits);
+    fn(codes, d, lv, scale, out);
+  } else {
+    decode_tq_scalar(codes, d, bits, levels, scale, out);
+  }
+}
+
+TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
+  for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes, out += kBlock) {
+    const __m256 s = _mm256_set1_ps(load_f16(row));
+    for (int j = 0; j < kBlock; j += 8) {
+      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 2 + j)));
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
+    }
+  }
+}
+
+TQ_AVX2 void decode_q4_0(const uint8_t* row, int d, float* out) {
+  const __m256i m4 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+  for (int b = 0; b < d / kBlock; ++b, row += kQ4Bytes, out += kBlock) {
+    const __m256 s = _mm256_set1_ps(load_f16(row));
+    for (int j = 0; j < 16; j += 8) {
+      const __m256i bytes = load8_u8(row + 2 + j);
+      const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(bytes, m4), eight);
+      const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), eight);
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));
+      _mm256_storeu_ps(out + j + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s));
+    }
+  }
+}
+
+TQ_AVX2 void decode_f16(const uint8_t* row, int d, float* out) {
+  int j = 0;
+  for (; j + 8 <= d; j += 8)
+    _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j))));
+  for (; j < d; ++j) out[j] = load_f16(row + 2 * j);
+}
+
+TQ_AVX2 void decode_bf16(const uint8_t* row, int d, float* out) {
+  int j = 0;
+  for (; j + 8 <= d; j += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j)));
+    _mm256_storeu_ps(out + j, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+  }
+  for (; j < d; ++j) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * j, 2);
+    out[j] = bf16_to_fp32(h);
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+}  // namespace
+
+bool coded_row_avx2_available(const CodedRowFormat& f) { return cpu_has_avx2() && f.dim > 0 && f.dim % 8 == 0; }
+
+void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out) {
+  const int d = f.dim;
+  switch (f.codec) {
+    case RowCodec::F32:
+      std::memcpy(out, row, sizeof(float) * d);
+      return;
+    case RowCodec::BF16: decode_bf16(row, d, out); return;
+    case RowCodec::F16: decode_f16(row, d, out); return;
+    case RowCodec::Q8_0: decode_q8_0(row, d, out); return;
+    case RowCodec::Q4_0: decode_q4_0(row, d, out); return;
+    case RowCodec::TQ:
+      decode_tq_part(row, d, f.bits, f.levels, load_f32(row + tq_codes_bytes(d, f.bits)), out);
+      return;
+    case RowCodec::TQ_SPLIT: {
+      const int h = d / 2;
+      const size_t hi_bytes = tq_codes_bytes(h, f.bits), codes = tq_split_codes_bytes(d, f.bits, f.bits_lo);
+      decode_tq_part(row, h, f.bits, f.levels, load_f16(row + codes), out);
+      decode_tq_part(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
+      return;
+    }
+  }
+}
+
+#else  // !TQ_HAVE_X86
+
+bool coded_row_avx2_available(const CodedRowFormat&) { return false; }
+void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out) {
+  decode_coded_row_scalar(f, row, out);
+}
+
+#endif
+
+}  // namespace tq

@@ -1,0 +1,43 @@
+// The stored formats of one cached K or V row (one KV head at one position, head_dim values) and
+// their decoders. Attention over a quantized cache decodes each row once into fp32 in *storage
+// space* (for rotated formats that is the rotated space, so no row is ever un-rotated) and
+// works on that; see kernels/attention_coded.h.
+//
+//   F32 / BF16 / F16  head_dim values.
+//   Q8_0 / Q4_0       ggml's 32-element blocks with an fp16 scale (ggml-common.h layouts), the
+//                     baselines llama.cpp offers for its KV cache.
+//   TQ                TurboQuant: b-bit codebook indices + fp32 scale (kernels/tq_packing.h);
+//                     decodes to scale * levels[idx].
+//   TQ_SPLIT          two TurboQuant half-rows with their own bits, codebooks and fp16 scales
+//                     (the split layout of kernels/tq_packing.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace tq {
+
+enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT };
+
+struct CodedRowFormat {
+  RowCodec codec = RowCodec::F32;
+  int dim = 0;                       // head_dim
+  int bits = 0;                      // TQ: bits; TQ_SPLIT: bits of the first half
+  int bits_lo = 0;                   // TQ_SPLIT: bits of the second half
+  const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels
+  const float* levels_lo = nullptr;  // TQ_SPLIT second half: [2^bits_lo]
+};
+
+// Fails (naming the problem) unless the format is usable: dim in 1..512, Q8_0/Q4_0 need
+// dim % 32 == 0, TQ formats the packing requirements and non-null levels.
+void check_coded_row_format(const CodedRowFormat& f);
+size_t coded_row_bytes(const CodedRowFormat& f);
+
+// out[0, dim) = the row's values in storage space (scale applied). Plain reference decoder.
+void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float* out);
+
+// The AVX2 (+F16C, FMA) decoders give bit-identical results to the scalar one: each value is
+// one rounded product (level * scale, q * d) or an exact conversion either way.
+bool coded_row_avx2_available(const CodedRowFormat& f);
+void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out);
+
+}  // namespace tq

@@ -1,0 +1,190 @@
+#include "kv/kv_row_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "errors/error.h"
+#include "quant/baseline_quant.h"
+
+namespace tq {
+
+namespace {
+constexpr int kMaxDim = 512;
+
+RowCodec fp_codec(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::F32: return RowCodec::F32;
+    case KvDtype::BF16: return RowCodec::BF16;
+    default: return RowCodec::F16;
+  }
+}
+}  // namespace
+
+KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOptions& o,
+                       std::vector<std::vector<int>> order, std::vector<std::vector<float>> center,
+                       std::vector<std::vector<float>> scale)
+    : dtype_(dtype),
+      d_(head_dim),
+      scale_mode_(o.scale_mode),
+      order_(std::move(order)),
+      center_(std::move(center)),
+      scale_(std::move(scale)) {
+  if ((!center_.empty() || !scale_.empty()) && kv_dtype_is_fp(dtype))
+    fail("full-precision KV rows ({}) are stored as they are, without center or scale", kv_dtype_name(dtype));
+  for (const auto* per_head : {&center_, &scale_})
+    for (const auto& c : *per_head)
+      if (static_cast<int>(c.size()) != d_) fail("KV center/scale of layer {} has {} values, head_dim is {}", layer, c.size(), d_);
+  for (const auto& sc : scale_)
+    for (float v : sc)
+      if (!(v > 0.0f) || !std::isfinite(v)) fail("KV key scale of layer {} has a non-positive or non-finite entry {}", layer, v);
+  check_kv_dtype(dtype, head_dim, o.rotation == RotationKind::hadamard);
+  if (dtype == KvDtype::Q4_0H) {
+    rot_ = Rotation::make(RotationKind::hadamard, d_, o.seed, layer);
+  } else if (kv_dtype_is_tq(dtype)) {
+    const auto [hi, lo] = kv_dtype_tq_bits(dtype);
+    const int rd = kv_dtype_is_split(dtype) ? d_ / 2 : d_;
+    rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
+    cb_hi_ = make_codebook(o.codebook, rd, hi);
+    if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
+  }
+  if (kv_dtype_is_split(dtype)) {
+    for (const std::vector<int>& p : order_) {
+      std::vector<int> sorted = p;
+      std::sort(sorted.begin(), sorted.end());
+      bool ok = static_cast<int>(p.size()) == d_;
+      for (int j = 0; ok && j < d_; ++j) ok = sorted[j] == j;
+      if (!ok) fail("outlier channel order of layer {} is not a permutation of 0..{}", layer, d_ - 1);
+    }
+  } else if (!order_.empty()) {
+    fail("an outlier channel order was given for {}, which does not split rows", kv_dtype_name(dtype));
+  }
+}
+
+const std::vector<int>& KvRowCodec::order(int head) const {
+  static const std::vector<int> none;
+  return head < static_cast<int>(order_.size()) ? order_[head] : none;
+}
+
+const float* KvRowCodec::center(int head) const {
+  return head < static_cast<int>(center_.size()) ? center_[head].data() : nullptr;
+}
+
+const float* KvRowCodec::scale(int head) const {
+  return head < static_cast<int>(scale_.size()) ? scale_[head].data() : nullptr;
+}
+
+void KvRowCodec::query_to_storage(const float* q, int head, float* y) const {
+  if (const float* s = scale(head)) {
+    float scaled[kMaxDim];
+    for (int j = 0; j < d_; ++j) scaled[j] = q[j] * s[j];
+    to_storage(scaled, head, y);
+  } else {
+    to_storage(q, head, y);
+  }
+}
+
+void KvRowCodec::output_from_storage(const float* y, int head, float* x) const {
+  from_storage(y, head, x);
+  const float* mu = center(head);
+  const float* s = scale(head);
+  for (int j = 0; j < d_; ++j) x[j] = x[j] * (s ? s[j] : 1.0f) + (mu ? mu[j] : 0.0f);
+}
+
+CodedRowFormat KvRowCodec::row_format() const {
+  CodedRowFormat f;
+  f.dim = d_;
+  if (kv_dtype_is_fp(dtype_)) {
+    f.codec = fp_codec(dtype_);
+  } else if (dtype_ == KvDtype::Q8_0) {
+    f.codec = RowCodec::Q8_0;
+  } else if (dtype_ == KvDtype::Q4_0 || dtype_ == KvDtype::Q4_0H) {
+    f.codec = RowCodec::Q4_0;
+  } else {
+    f.codec = kv_dtype_is_split(dtype_) ? RowCodec::TQ_SPLIT : RowCodec::TQ;
+    f.bits = cb_hi_.bits;
+    f.levels = cb_hi_.centroids.data();
+    if (kv_dtype_is_split(dtype_)) {
+      f.bits_lo = cb_lo_.bits;
+      f.levels_lo = cb_lo_.centroids.data();
+    }
+  }
+  return f;
+}
+
+void KvRowCodec::to_storage(const float* x, int head, float* y) const {
+  if (!kv_dtype_is_split(dtype_)) {
+    if (transforms()) {
+      rot_.apply(x, y);
+    } else {
+      std::copy(x, x + d_, y);
+    }
+    return;
+  }
+  const std::vector<int>& p = order(head);
+  float permuted[kMaxDim];
+  for (int j = 0; j < d_; ++j) permuted[j] = x[p.empty() ? j : p[j]];
+  rot_.apply(permuted, y);
+  rot_.apply(permuted + d_ / 2, y + d_ / 2);
+}
+
+void KvRowCodec::from_storage(const float* y, int head, float* x) const {
+  if (!kv_dtype_is_split(dtype_)) {
+    if (transforms()) {
+      rot_.apply_transpose(y, x);
+    } else {
+      std::copy(y, y + d_, x);
+    }
+    return;
+  }
+  const std::vector<int>& p = order(head);
+  float permuted[kMaxDim];
+  rot_.apply_transpose(y, permuted);
+  rot_.apply_transpose(y + d_ / 2, permuted + d_ / 2);
+  for (int j = 0; j < d_; ++j) x[p.empty() ? j : p[j]] = permuted[j];
+}
+
+void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
+  if (kv_dtype_is_fp(dtype_)) {
+    kv_encode_row(dtype_, x_in, d_, row);
+    return;
+  }
+  float adjusted[kMaxDim];
+  const float* x = x_in;
+  const float* mu = center(head);
+  const float* s = scale(head);
+  if (mu || s) {
+    for (int j = 0; j < d_; ++j) adjusted[j] = (x_in[j] - (mu ? mu[j] : 0.0f)) / (s ? s[j] : 1.0f);
+    x = adjusted;
+  }
+  switch (dtype_) {
+    case KvDtype::Q8_0: quantize_row_q8_0(x, d_, row); return;
+    case KvDtype::Q4_0: quantize_row_q4_0(x, d_, row); return;
+    case KvDtype::Q4_0H: {
+      float y[kMaxDim];
+      rot_.apply(x, y);
+      quantize_row_q4_0(y, d_, row);
+      return;
+    }
+    default: break;
+  }
+  if (!kv_dtype_is_split(dtype_)) {
+    tq_encode_row(x, cb_hi_, rot_, row, scale_mode_);
+    return;
+  }
+  const std::vector<int>& p = order(head);
+  float permuted[kMaxDim];
+  for (int j = 0; j < d_; ++j) permuted[j] = x[p.empty() ? j : p[j]];
+  tq_encode_split_row(permuted, cb_hi_, rot_, cb_lo_, rot_, row, scale_mode_);
+}
+
+void KvRowCodec::decode(const uint8_t* row, int head, float* x) const {
+  float y[kMaxDim];
+  decode_coded_row_scalar(row_format(), row, y);
+  from_storage(y, head, x);
+  const float* mu = center(head);
+  const float* s = scale(head);
+  for (int j = 0; j < d_; ++j) x[j] = x[j] * (s ? s[j] : 1.0f) + (mu ? mu[j] : 0.0f);
+}
+
+}  // namespace tq

@@ -1,0 +1,90 @@
+"""End-to-end checks of the quantized KV cache through the CLI: modes, their byte costs, startup
+errors for unsupported combinations, and the fidelity tools `eval quant | kl | niah`."""
+import json
+from pathlib import Path
+
+import pytest
+
+GPL3 = Path("/usr/share/common-licenses/GPL-3")
+
+
+def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
+    info = json.loads(tqserve("info", "--model", smollm2, "--json").stdout)
+    modes = {m["mode"]: m for m in info["kv_modes"]}
+    layers_heads = 2 * 30 * 3
+    # head_dim 64: tq4 = 64*4/8 + 4 bytes, q4_0 = 2 blocks of 18, tq3.5 = 16 + 12 + 2 fp16 scales.
+    assert modes["tq4"]["bytes_per_token"] == layers_heads * 36
+    assert modes["q4_0h"]["bytes_per_token"] == layers_heads * 36
+    assert modes["tq3.5"]["bytes_per_token"] == layers_heads * 32
+    assert modes["q8_0"]["bytes_per_token"] == layers_heads * 68
+    assert modes["f16"]["bits_per_element"] == 16
+    assert modes["tq4"]["tokens_per_gib"] == (1 << 30) // modes["tq4"]["bytes_per_token"]
+    assert modes["f16"]["bytes_per_token"] / modes["tq4"]["bytes_per_token"] > 3.5
+
+
+@pytest.mark.parametrize("mode", ["q8_0", "q4_0h", "tq4", "tq3.5", "tq2"])
+def test_generate_runs_with_each_quantized_mode(tqserve, smollm2, mode):
+    proc = tqserve("generate", "--model", smollm2, "--kv-cache-dtype", mode, "-p", "The capital of France is",
+                   "-n", "8", "--temperature", "0", "--json")
+    out = json.loads(proc.stdout)
+    assert len(out["ids"]) >= 1
+    assert f"KV cache: {mode}" in proc.stderr  # the startup log names the mode and its size
+
+
+def test_keys_and_values_can_differ_and_layers_can_be_protected(tqserve, smollm2):
+    proc = tqserve("generate", "--model", smollm2, "--kv-cache-dtype-k", "tq4", "--kv-cache-dtype-v", "q8_0",
+                   "--kv-protect-layers", "2", "-p", "Hello", "-n", "4", "--temperature", "0")
+    assert "k=tq4,v=q8_0, first/last 2 layers f16" in proc.stderr
+
+
+def test_unsupported_combinations_fail_at_startup_listing_what_is_valid(tqserve, stories260k):
+    # stories260K has head_dim 8: no 32-element blocks, no 4-bit split halves.
+    proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "q8_0", "-p", "Once", check=False)
+    assert proc.returncode != 0 and "multiple of 32" in proc.stderr and "f16" in proc.stderr
+    proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "tq5", "-p", "Once", check=False)
+    assert proc.returncode != 0 and "tq3.5" in proc.stderr  # lists the valid names
+    proc = tqserve("generate", "--model", stories260k, "--kv-protect-layers", "9", "-p", "Once", check=False)
+    assert proc.returncode != 0 and "--kv-protect-layers" in proc.stderr
+
+
+def test_eval_quant_is_at_the_papers_distortion(tqserve):
+    out = json.loads(tqserve("eval", "quant", "--samples", "4000", "--json").stdout)
+    rows = {(r["d"], r["bits"]): r for r in out["rows"]}
+    assert set(rows) == {(d, b) for d in (64, 128) for b in (1, 2, 3, 4)}
+    for (d, b), r in rows.items():
+        assert r["lower_bound"] == pytest.approx(4.0 ** -b)
+        assert r["lower_bound"] < r["mse"]
+        # Lloyd-Max optima of the coordinate law (the paper rounds these to 0.36/0.117/0.03/0.009).
+        assert r["mse"] == pytest.approx({1: 0.3634, 2: 0.1175, 3: 0.0345, 4: 0.0095}[b], rel=0.05)
+        # Q_prod's inner-product error is unbiased and at the paper's D_prod; the MSE quantizer's is
+        # biased (slope < 1) but smaller.
+        assert r["ip_error_prod"] == pytest.approx(r["paper_ip_prod"], rel=0.2)
+        assert r["ip_bias_prod"] == pytest.approx(1.0, abs=0.05)
+        assert r["ip_error"] < r["ip_error_prod"]
+
+
+def test_eval_kl_orders_modes_by_bits(tqserve, smollm2, tmp_path):
+    plot = tmp_path / "kld.png"
+    out = json.loads(tqserve("eval", "kl", "--model", smollm2, "--text-file", GPL3, "--ctx", "128",
+                             "--max-windows", "2", "--kv-cache-dtype", "f16,q8_0,tq4,tq2", "--plot", plot,
+                             "--json").stdout)
+    assert out["reference"] == "f32" and out["tokens"] == 2 * 63
+    modes = {m["mode"]: m for m in out["modes"]}
+    assert modes["f16"]["kld_mean"] < 1e-3 and modes["f16"]["top1"] > 0.97
+    assert modes["q8_0"]["kld_mean"] < modes["tq4"]["kld_mean"] < modes["tq2"]["kld_mean"]
+    assert modes["tq4"]["bits_per_element"] == pytest.approx(4.5)
+    for m in modes.values():
+        assert m["kld_median"] <= m["kld_p99"] and 0 <= m["top1"] <= 1 and m["ppl"] > 1
+        assert m["ppl_ref"] == pytest.approx(modes["f16"]["ppl_ref"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_niah_reports_every_cell(tqserve, smollm2, tmp_path):
+    prefix = tmp_path / "niah"
+    out = json.loads(tqserve("eval", "niah", "--model", smollm2, "--text-file", GPL3, "--ctx", "256,512",
+                             "--depths", "2", "--kv-cache-dtype", "f16,tq4", "--plot", prefix, "--json").stdout)
+    assert [m["mode"] for m in out["modes"]] == ["f16", "tq4"]
+    for m in out["modes"]:
+        assert {(c["ctx"], c["depth"]) for c in m["cells"]} == {(256, 0.0), (256, 0.5), (512, 0.0), (512, 0.5)}
+        assert m["accuracy"] == pytest.approx(sum(c["found"] for c in m["cells"]) / 4)
+        assert (tmp_path / f"niah_{m['mode']}.png").read_bytes()[:4] == b"\x89PNG"
