@@ -102,7 +102,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void Finalize() override {
     ConsoleReporter::Finalize();
     std::printf("\nspeed-up over f16 (same SIMD kernel) and over the engine's f16 FP kernel:\n");
-    std::printf("%-10s %6s %4s %12s %10s %10s\n", "mode", "ctx", "d", "time_us", "vs_f16simd", "vs_f16fp");
+    std::printf("%-10s %-12s %12s %10s %10s\n", "mode", "/ctx/d", "time_us", "vs_f16simd", "vs_f16fp");
     for (const auto& [name, t] : times_) {
       // name: decode/<mode>/<ctx>/<d>/...
       const size_t a = name.find('/') + 1, b = name.find('/', a), c = name.find('/', b + 1);
@@ -114,7 +114,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
         return 0.0;
       };
       const double simd = find("f16"), fp = find("f16fp");
-      std::printf("%-10s %s %12.1f %10.2f %10.2f\n", mode.c_str(), shape.c_str(), t / 1e3, simd > 0 ? simd / t : 0,
+      std::printf("%-10s %-12s %12.1f %10.2f %10.2f\n", mode.c_str(), shape.c_str(), t, simd > 0 ? simd / t : 0,
                   fp > 0 ? fp / t : 0);
     }
   }

@@ -106,8 +106,11 @@ struct KlFlags {
   std::string modes = "q8_0,q4_0,q4_0h,tq4,tq3.5,tq3,tq2.5,tq2";
   std::string reference = "f32";
   std::string plot = "kld_vs_bits.png";
+  std::string from_json;  // re-print and re-plot a saved --json result instead of measuring
   bool json = false;
 };
+
+int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 
 CacheFactory factory(const CacheOptions& base, Session& s) {
   return [&base, &s](const std::string& mode, int blocks) {
@@ -116,8 +119,37 @@ CacheFactory factory(const CacheOptions& base, Session& s) {
   };
 }
 
+KlEvalResult kl_result_from_json(const std::string& path, int* ctx, size_t* text_tokens) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read '{}' (--from-json)", path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("modes")) fail("'{}' is not the JSON of `tqserve eval kl --json`", path);
+  KlEvalResult r;
+  r.reference = j.value("reference", "");
+  r.tokens = j.value("tokens", 0);
+  r.windows = j.value("windows", 0);
+  *ctx = j.value("ctx", 0);
+  *text_tokens = j.value("text_tokens", size_t{0});
+  for (const auto& m : j["modes"]) {
+    KlModeResult x;
+    x.mode = m.value("mode", "");
+    x.bits_per_element = m.value("bits_per_element", 0.0);
+    x.kv_bytes_per_token = m.value("kv_bytes_per_token", size_t{0});
+    x.kld_mean = m.value("kld_mean", 0.0), x.kld_median = m.value("kld_median", 0.0);
+    x.kld_p99 = m.value("kld_p99", 0.0), x.kld_max = m.value("kld_max", 0.0);
+    x.top1 = m.value("top1", 0.0), x.ppl = m.value("ppl", 0.0), x.ppl_ref = m.value("ppl_ref", 0.0);
+    r.modes.push_back(x);
+  }
+  return r;
+}
+
 int run_kl(KlFlags& f) {
   f.cache.log_cache = false;
+  if (!f.from_json.empty()) {
+    size_t text_tokens = 0;
+    const KlEvalResult r = kl_result_from_json(f.from_json, &f.ctx, &text_tokens);
+    return report_kl(f, r, text_tokens);
+  }
   auto session = open_session(f.model, f.cache);
   Session& s = *session;
   if (!s.model.tokenizer) fail("eval kl needs the model's tokenizer");
@@ -129,8 +161,12 @@ int run_kl(KlFlags& f) {
   if (modes.empty()) fail("--kv-cache-dtype lists no mode");
   const KlEvalResult r = run_kl_eval(*s.transformer, ids, f.reference, modes, factory(f.cache, s), o, progress_line);
   std::fprintf(stderr, "\n");
+  return report_kl(f, r, ids.size());
+}
+
+int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
   nlohmann::json j = {{"reference", r.reference}, {"tokens", r.tokens}, {"windows", r.windows}, {"ctx", f.ctx},
-                      {"text_tokens", ids.size()}, {"modes", nlohmann::json::array()}};
+                      {"text_tokens", text_tokens}, {"modes", nlohmann::json::array()}};
   LineChart chart{"KL divergence from the " + f.reference + " KV cache", "stored bits per element",
                   "mean KLD (nats, log scale)", {}, true};
   for (const auto& m : r.modes) {
@@ -182,7 +218,7 @@ int run_niah_cmd(NiahFlags& f) {
     }
   }
   o.depths = f.depths;
-  if (f.cache.max_model_len == 0) f.cache.max_model_len = *std::max_element(o.contexts.begin(), o.contexts.end()) + o.answer_tokens;
+  if (f.cache.max_model_len == 0) f.cache.max_model_len = *std::max_element(o.contexts.begin(), o.contexts.end());
   auto session = open_session(f.model, f.cache);
   Session& s = *session;
   if (!s.model.tokenizer) fail("eval niah needs the model's tokenizer");
@@ -254,7 +290,8 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   add_cache_options(kl, k->cache);
   kl->get_option("--kv-cache-dtype")->description("comma-separated modes to compare (a mode: DTYPE or KDTYPE/VDTYPE)");
   k->cache.kv_cache_dtype = k->modes;
-  kl->add_option("--text-file", k->text_files, "text to score (repeatable; files are concatenated)")->required();
+  kl->add_option("--text-file", k->text_files, "text to score (repeatable; files are concatenated)");
+  kl->add_option("--from-json", k->from_json, "print and plot a saved --json result instead of measuring");
   kl->add_option("--ctx", k->ctx, "window length in tokens")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   kl->add_option("--max-windows", k->max_windows, "score at most this many windows (0: all)")->check(CLI::Range(0, 1 << 20));
   kl->add_option("--reference", k->reference, "KV dtype of the reference run")->capture_default_str();

@@ -58,7 +58,7 @@ std::vector<NiahModeResult> run_niah(Transformer& model, const Tokenizer& tok, c
   std::vector<NiahModeResult> results(modes.size());
   for (size_t m = 0; m < modes.size(); ++m) results[m].mode = modes[m];
   for (int ctx : o.contexts) {
-    const int blocks = (ctx + o.answer_tokens + 15) / 16 + 1;
+    const int blocks = (ctx + 15) / 16 + 1;
     std::vector<std::unique_ptr<KvCache>> caches;
     for (const std::string& mode : modes) caches.push_back(make_cache(mode, blocks));
     for (int di = 0; di < o.depths; ++di) {
@@ -71,7 +71,8 @@ std::vector<NiahModeResult> run_niah(Transformer& model, const Tokenizer& tok, c
                       needle.city, needle.city),
           false);
       const int fixed = static_cast<int>(bos.size() + needle_ids.size() + question_ids.size());
-      const int hay_len = ctx - fixed;
+      // Prompt and answer together fill the context.
+      const int hay_len = ctx - fixed - o.answer_tokens;
       if (hay_len < 16) fail("eval niah: --ctx {} is too short for the needle and question ({} tokens)", ctx, fixed);
       const size_t cut = sentence_boundary(tok, hay, static_cast<size_t>(depth * hay_len));
       std::vector<TokenId> prompt = bos;
@@ -80,7 +81,7 @@ std::vector<NiahModeResult> run_niah(Transformer& model, const Tokenizer& tok, c
       prompt.insert(prompt.end(), hay.begin() + cut, hay.begin() + hay_len);
       prompt.insert(prompt.end(), question_ids.begin(), question_ids.end());
       for (size_t m = 0; m < modes.size(); ++m) {
-        Generator gen(model, *caches[m], &tok, stop_ids, ctx + o.answer_tokens, o.chunk);
+        Generator gen(model, *caches[m], &tok, stop_ids, ctx, o.chunk);
         SamplingParams greedy;
         greedy.temperature = 0;
         greedy.max_tokens = o.answer_tokens;

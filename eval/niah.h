@@ -1,7 +1,8 @@
 // `tqserve eval niah`: needle in a haystack. For each context length and depth, a needle fact
 // ("The special magic number of <city> is <7 digits>.") is placed at that depth of a haystack of
 // real English text, a question asking for it follows, and the model answers greedily; the cell
-// counts as found when the answer contains the number. Every mode sees exactly the same prompts.
+// counts as found when the answer contains the number. Prompt and answer together are `ctx`
+// tokens. Every mode sees exactly the same prompts.
 #pragma once
 #include <functional>
 #include <memory>

@@ -17,7 +17,7 @@ namespace tq {
 namespace {
 
 constexpr int kWidth = 900, kHeight = 560;
-constexpr int kLeft = 80, kRight = 190, kTop = 40, kBottom = 60;
+constexpr int kLeft = 95, kRight = 190, kTop = 40, kBottom = 60;
 
 // Image with ownership; saved as PNG.
 struct Image {
@@ -82,7 +82,7 @@ void write_line_chart_png(const LineChart& chart, const std::string& path) {
     gdImageLine(img.im, gx, kTop, gx, kTop + ph, grid);
     gdImageLine(img.im, kLeft, gy, kLeft + pw, gy, grid);
     img.text(gx - 15, kTop + ph + 6, tick_label(xv));
-    img.text(8, gy - 6, tick_label(chart.log_y ? std::pow(10.0, yv) : yv));
+    img.text(22, gy - 6, tick_label(chart.log_y ? std::pow(10.0, yv) : yv));
   }
   gdImageRectangle(img.im, kLeft, kTop, kLeft + pw, kTop + ph, black);
   img.text(kLeft, 12, chart.title, true);
