@@ -41,6 +41,22 @@ void rotate_qk(LayerContext& c) {
 
 namespace {
 
+// The fields both attention kernels' arguments share, for token t of the batch.
+template <class Args>
+Args attention_args(const LayerContext& c, int t, const float* q, float scale, float* out) {
+  Args a;
+  a.q = q;
+  a.n_q_heads = c.config.num_heads;
+  a.n_kv_heads = c.config.num_kv_heads;
+  a.head_dim = c.config.head_dim;
+  a.block_table = c.batch.tables[t]->blocks.data();
+  a.block_size = c.cache.shape().block_size;
+  a.n_ctx = c.batch.positions[t] + 1;
+  a.scale = scale;
+  a.out = out;
+  return a;
+}
+
 // Full-precision K and V: the FP kernel, exactly as before quantized pages existed.
 void attend_fp(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
@@ -49,18 +65,10 @@ void attend_fp(LayerContext& c, float scale) {
   const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
 #pragma omp parallel for schedule(dynamic) if (T > 1)
   for (int t = 0; t < T; ++t) {
-    FpAttentionArgs a;
-    a.q = c.buf.q.data() + t * q_dim;
-    a.n_q_heads = m.num_heads;
-    a.n_kv_heads = m.num_kv_heads;
-    a.head_dim = m.head_dim;
-    a.block_table = c.batch.tables[t]->blocks.data();
-    a.block_size = c.cache.shape().block_size;
-    a.n_ctx = c.batch.positions[t] + 1;
+    FpAttentionArgs a =
+        attention_args<FpAttentionArgs>(c, t, c.buf.q.data() + t * q_dim, scale, c.buf.attn.data() + t * q_dim);
     a.k = k_pages;
     a.v = v_pages;
-    a.scale = scale;
-    a.out = c.buf.attn.data() + t * q_dim;
     paged_attention_fp(a);
   }
 }
@@ -81,18 +89,9 @@ void attend_coded(LayerContext& c, float scale) {
     float* out_store = c.buf.attn_store.data() + t * q_dim;
     for (int h = 0; h < m.num_heads; ++h)
       kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, h / group, q_store + h * d);
-    CodedAttentionArgs a;
-    a.q = q_store;
-    a.n_q_heads = m.num_heads;
-    a.n_kv_heads = m.num_kv_heads;
-    a.head_dim = d;
-    a.block_table = c.batch.tables[t]->blocks.data();
-    a.block_size = c.cache.shape().block_size;
-    a.n_ctx = c.batch.positions[t] + 1;
+    CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, q_store, scale, out_store);
     a.k = k_pages;
     a.v = v_pages;
-    a.scale = scale;
-    a.out = out_store;
     paged_attention_coded(a);
     for (int h = 0; h < m.num_heads; ++h)
       vc.output_from_storage(out_store + h * d, h / group, c.buf.attn.data() + t * q_dim + h * d);
