@@ -36,8 +36,9 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "TurboQuant codebook law: beta (exact coordinate law) or gaussian (N(0, 1/d))")
       ->capture_default_str();
   cmd->add_option("--tq-seed", o.tq_seed, "seed of the per-layer rotations")->capture_default_str();
-  cmd->add_flag("--tq-plain-norm", o.tq_plain_norm,
-                "store the row norm itself instead of the norm-corrected scale");
+  cmd->add_option("--tq-scale", o.tq_scale,
+                  "TurboQuant row scale: norm-corrected (exact norm), norm (the paper's), least-squares")
+      ->capture_default_str();
   cmd->add_option("--tq-keys", o.tq_keys,
                   "TurboQuant key preconditioning from calibration: plain, centered (mean key row subtracted) or "
                   "smoothed (centered, and channels scaled by key/query energy)")
@@ -113,7 +114,7 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   q.rotation = parse_rotation_kind(o.tq_rotation);
   q.codebook = parse_codebook_kind(o.tq_codebook);
   q.seed = o.tq_seed;
-  q.scale_mode = o.tq_plain_norm ? TqScaleMode::plain_norm : TqScaleMode::norm_corrected;
+  q.scale_mode = parse_tq_scale_mode(o.tq_scale);
   if (o.tq_keys != "plain" && o.tq_keys != "centered" && o.tq_keys != "smoothed")
     fail("--tq-keys '{}' is not one of: plain, centered, smoothed", o.tq_keys);
   q.center_keys = o.tq_keys != "plain";

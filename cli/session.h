@@ -27,7 +27,7 @@ struct CacheOptions {
   std::string tq_rotation = "dense";
   std::string tq_codebook = "beta";
   uint64_t tq_seed = KvQuantOptions{}.seed;
-  bool tq_plain_norm = false;
+  std::string tq_scale = "least-squares";
   std::string tq_keys = "centered";
   bool tq_center_values = false;
   std::string calibration_file = kDefaultCalibrationFile;

@@ -22,7 +22,7 @@ struct KvQuantOptions {
   RotationKind rotation = RotationKind::dense;  // tq dtypes (q4_0h is always Hadamard)
   uint64_t seed = 0x7471736572766531ull;        // "tqserve1"; rotation of layer l = f(seed, l)
   CodebookKind codebook = CodebookKind::beta;
-  TqScaleMode scale_mode = TqScaleMode::norm_corrected;
+  TqScaleMode scale_mode = TqScaleMode::least_squares;  // measured best (docs/FIDELITY.md)
   // tq dtypes: the calibrated affine maps (KvAffine below) to use.
   // Defaults from `tqserve eval kl` on SmolLM2 (docs/FIDELITY.md): centering keys helps,
   // scaling keys and centering values do not.

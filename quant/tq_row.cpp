@@ -42,6 +42,13 @@ uint16_t fp16_scale(float s) { return fp32_to_fp16(std::isfinite(s) ? std::fmin(
 
 }  // namespace
 
+TqScaleMode parse_tq_scale_mode(std::string_view name) {
+  if (name == "norm-corrected") return TqScaleMode::norm_corrected;
+  if (name == "norm") return TqScaleMode::plain_norm;
+  if (name == "least-squares") return TqScaleMode::least_squares;
+  fail("--tq-scale '{}' is not one of: norm-corrected, norm, least-squares", name);
+}
+
 void tq_encode_row(const float* x, const Codebook& codebook, const Rotation& rotation, uint8_t* row,
                    TqScaleMode mode) {
   const int d = rotation.dim();
@@ -71,9 +78,27 @@ void tq_encode_row(const float* x, const Codebook& codebook, const Rotation& rot
 
   // 4. Norm correction: ||scale * R^T yhat|| = scale * ||yhat|| = n. Every level is nonzero
   //    (the codebook is antisymmetric with an even count), so ||yhat|| > 0.
-  const float scale = (mode == TqScaleMode::norm_corrected && n > 0.0f)
-                          ? static_cast<float>(double(n) / std::sqrt(yhat2))
-                          : n;
+  float scale = (mode == TqScaleMode::norm_corrected && n > 0.0f) ? static_cast<float>(double(n) / std::sqrt(yhat2)) : n;
+  if (mode == TqScaleMode::least_squares && n > 0.0f) {
+    // Alternate the best scale for the indices and the best indices for the scale.
+    double alpha = 1.0;
+    for (int round = 0; round < 3; ++round) {
+      double yc = 0.0, cc = 0.0;
+      for (int j = 0; j < d; ++j) yc += double(s.y[j]) * levels[s.idx[j]], cc += double(levels[s.idx[j]]) * levels[s.idx[j]];
+      if (!(yc > 0.0)) break;
+      alpha = yc / cc;
+      const float inv_alpha = static_cast<float>(1.0 / alpha);
+      for (int j = 0; j < d; ++j) {
+        int k = 0;
+        for (float b : bounds) k += (b <= s.y[j] * inv_alpha) ? 1 : 0;
+        s.idx[j] = static_cast<uint8_t>(k);
+      }
+    }
+    double yc = 0.0, cc = 0.0;
+    for (int j = 0; j < d; ++j) yc += double(s.y[j]) * levels[s.idx[j]], cc += double(levels[s.idx[j]]) * levels[s.idx[j]];
+    if (yc > 0.0) alpha = yc / cc;
+    scale = static_cast<float>(double(n) * alpha);
+  }
 
   // 5. Store.
   pack_indices(s.idx.data(), d, codebook.bits, row);

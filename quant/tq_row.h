@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/tq_packing.h"
 #include "quant/codebook.h"
@@ -17,7 +18,13 @@ namespace tq {
 
 // What the stored scale is. norm_corrected (the default, DESIGN step 4): n / ||c[idx]||, so the
 // reconstruction has exactly the norm of x. plain_norm: n itself (the paper's estimator).
-enum class TqScaleMode { norm_corrected, plain_norm };
+// least_squares: n * <y, c> / ||c||^2 with the indices re-chosen for the scaled codebook (three
+// rounds), the per-row scale and indices of least squared error (about 8 % below norm_corrected
+// at 4 bits, d = 64; tools/tq_scale_experiment.py); the norm is then not exact.
+enum class TqScaleMode { norm_corrected, plain_norm, least_squares };
+
+// "norm-corrected" | "norm" | "least-squares"; anything else fails with the valid names.
+TqScaleMode parse_tq_scale_mode(std::string_view name);
 
 // Encodes x (dim floats) into `row` (tq_row_bytes bytes):
 //   n = ||x||, u = x/n, y = R u, idx_j = #{boundaries <= y_j}, scale per `mode`.
