@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -112,10 +113,14 @@ struct KlFlags {
 
 int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 
+// Modes differ only in dtypes, so they share one calibration (computed at the first mode that
+// needs it).
 CacheFactory factory(const CacheOptions& base, Session& s) {
-  return [&base, &s](const std::string& mode, int blocks) {
+  auto calibration = std::make_shared<std::optional<KvCalibration>>();
+  return [&base, &s, calibration](const std::string& mode, int blocks) {
     const CacheOptions o = options_for_mode(base, mode);
-    return make_cache(o, cache_shape_for(o, s.model.config), blocks, *s.transformer, s.model.tokenizer.get());
+    return make_cache(o, cache_shape_for(o, s.model.config), blocks, *s.transformer, s.model.tokenizer.get(),
+                      calibration.get());
   };
 }
 

@@ -124,13 +124,15 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
 }
 
 std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
-                                    Transformer& model, const Tokenizer* tokenizer) {
+                                    Transformer& model, const Tokenizer* tokenizer,
+                                    std::optional<KvCalibration>* reuse) {
   const KvQuantOptions q = quant_options_for(o);
   const bool split = kv_dtype_is_split(shape.k_dtype) || kv_dtype_is_split(shape.v_dtype);
   const bool tq = kv_dtype_is_tq(shape.k_dtype) || kv_dtype_is_tq(shape.v_dtype);
   const bool affine = q.center_keys || q.scale_keys || q.center_values;
-  KvCalibration cal;
-  if (split || (tq && affine)) {
+  std::optional<KvCalibration> local;
+  std::optional<KvCalibration>& calibrated = reuse ? *reuse : local;
+  if ((split || (tq && affine)) && !calibrated) {
     if (!tokenizer) fail("tq modes need the model's tokenizer to calibrate the cache (or --tq-keys plain without split modes)");
     std::ifstream in(o.calibration_file, std::ios::binary);
     if (!in) fail("cannot read the KV calibration text '{}' (--kv-calibration-file)", o.calibration_file);
@@ -139,8 +141,9 @@ std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& s
     co.center_keys = q.center_keys;
     co.scale_keys = q.scale_keys;
     co.center_values = q.center_values;
-    cal = calibrate_kv(model, tokenizer->encode_prompt(text, false), co);
+    calibrated = calibrate_kv(model, tokenizer->encode_prompt(text, false), co);
   }
+  const KvCalibration cal = calibrated.value_or(KvCalibration{});
   // Affine maps only for TurboQuant sides; the q8_0 / q4_0 / q4_0h baselines stay as llama.cpp
   // has them.
   KvAffine affine_maps;

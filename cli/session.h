@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/kv_calibration.h"
@@ -44,10 +45,12 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c);
 KvQuantOptions quant_options_for(const CacheOptions& o);
 // "KV cache: tq4, 512 blocks of 16 tokens (8192 tokens), 13.5 MiB, 1728 bytes/token"
 std::string describe_cache(const KvCache& cache);
-// Builds a cache of `num_blocks` blocks, calibrating outlier channels first when a split dtype
-// is used (one f32 prefill of the calibration text).
+// Builds a cache of `num_blocks` blocks, calibrating first (one f32 prefill of the calibration
+// text) when a tq dtype uses key centers or a split dtype needs outlier channels. `reuse`, when
+// given, keeps the calibration across calls with the same calibration flags (eval's modes).
 std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
-                                    Transformer& model, const Tokenizer* tokenizer);
+                                    Transformer& model, const Tokenizer* tokenizer,
+                                    std::optional<KvCalibration>* reuse = nullptr);
 
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);

@@ -32,6 +32,10 @@ float load_f16(const uint8_t* p) {
   return fp16_to_fp32(v);
 }
 
+// Packed-code bytes of `dim` values at `bits`, without tq_codes_bytes' shape check: decoders run
+// per row, and a format is checked once (check_coded_row_format) before rows are decoded.
+inline size_t codes_bytes(int dim, int bits) { return size_t(dim) * bits / 8; }
+
 // out[j] = levels[idx_j] * scale over one TurboQuant half or whole row of `dim` values.
 void decode_tq_scalar(const uint8_t* codes, int dim, int bits, const float* levels, float scale, float* out) {
   uint8_t idx[kMaxDim];
@@ -93,28 +97,18 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
     case RowCodec::F16:
       for (int j = 0; j < d; ++j) out[j] = load_f16(row + 2 * j);
       return;
-    case RowCodec::Q8_0:
-      for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes) {
-        const float scale = load_f16(row);
-        const auto* q = reinterpret_cast<const int8_t*>(row + 2);
-        for (int j = 0; j < kBlock; ++j) out[b * kBlock + j] = float(q[j]) * scale;
-      }
+    case RowCodec::Q8_0:  // ggml's block layouts and arithmetic (kernels/dequantize.h)
+      dequantize_row(DType::Q8_0, row, out, d);
       return;
     case RowCodec::Q4_0:
-      for (int b = 0; b < d / kBlock; ++b, row += kQ4Bytes) {
-        const float scale = load_f16(row);
-        for (int j = 0; j < kBlock / 2; ++j) {
-          out[b * kBlock + j] = float((row[2 + j] & 15) - 8) * scale;
-          out[b * kBlock + j + 16] = float((row[2 + j] >> 4) - 8) * scale;
-        }
-      }
+      dequantize_row(DType::Q4_0, row, out, d);
       return;
     case RowCodec::TQ:
-      decode_tq_scalar(row, d, f.bits, f.levels, load_f32(row + tq_codes_bytes(d, f.bits)), out);
+      decode_tq_scalar(row, d, f.bits, f.levels, load_f32(row + codes_bytes(d, f.bits)), out);
       return;
     case RowCodec::TQ_SPLIT: {
       const int h = d / 2;
-      const size_t hi_bytes = tq_codes_bytes(h, f.bits), codes = tq_split_codes_bytes(d, f.bits, f.bits_lo);
+      const size_t hi_bytes = codes_bytes(h, f.bits), codes = hi_bytes + codes_bytes(h, f.bits_lo);
       decode_tq_scalar(row, h, f.bits, f.levels, load_f16(row + codes), out);
       decode_tq_scalar(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
       return;
@@ -275,11 +269,11 @@ void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* o
     case RowCodec::Q8_0: decode_q8_0(row, d, out); return;
     case RowCodec::Q4_0: decode_q4_0(row, d, out); return;
     case RowCodec::TQ:
-      decode_tq_part(row, d, f.bits, f.levels, load_f32(row + tq_codes_bytes(d, f.bits)), out);
+      decode_tq_part(row, d, f.bits, f.levels, load_f32(row + codes_bytes(d, f.bits)), out);
       return;
     case RowCodec::TQ_SPLIT: {
       const int h = d / 2;
-      const size_t hi_bytes = tq_codes_bytes(h, f.bits), codes = tq_split_codes_bytes(d, f.bits, f.bits_lo);
+      const size_t hi_bytes = codes_bytes(h, f.bits), codes = hi_bytes + codes_bytes(h, f.bits_lo);
       decode_tq_part(row, h, f.bits, f.levels, load_f16(row + codes), out);
       decode_tq_part(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
       return;
