@@ -104,6 +104,7 @@ struct KlFlags {
   std::vector<std::string> text_files;
   int ctx = 1024;
   int max_windows = 0;
+  int prefill_chunk = KlEvalOptions{}.chunk;
   std::string modes = "q8_0,q4_0,q4_0h,tq4,tq3.5,tq3,tq2.5,tq2";
   std::string reference = "f32";
   std::string plot = "kld_vs_bits.png";
@@ -161,6 +162,7 @@ int run_kl(KlFlags& f) {
   const std::vector<TokenId> ids = s.model.tokenizer->encode(read_texts(f.text_files), false);
   KlEvalOptions o;
   o.ctx = f.ctx;
+  o.chunk = f.prefill_chunk;
   o.max_windows = f.max_windows;
   const auto modes = split_list(f.modes);
   if (modes.empty()) fail("--kv-cache-dtype lists no mode");
@@ -298,6 +300,9 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   kl->add_option("--text-file", k->text_files, "text to score (repeatable; files are concatenated)");
   kl->add_option("--from-json", k->from_json, "print and plot a saved --json result instead of measuring");
   kl->add_option("--ctx", k->ctx, "window length in tokens")->capture_default_str()->check(CLI::Range(4, 1 << 20));
+  kl->add_option("--prefill-chunk", k->prefill_chunk, "tokens per forward step when a window is run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   kl->add_option("--max-windows", k->max_windows, "score at most this many windows (0: all)")->check(CLI::Range(0, 1 << 20));
   kl->add_option("--reference", k->reference, "KV dtype of the reference run")->capture_default_str();
   kl->add_option("--plot", k->plot, "PNG of mean KLD against bits per element ('' for none)")->capture_default_str();

@@ -44,6 +44,10 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "smoothed (centered, and channels scaled by key/query energy)")
       ->capture_default_str();
   cmd->add_flag("--tq-center-values", o.tq_center_values, "subtract the calibrated mean value row too");
+  cmd->add_option("--kv-chunk-rows", o.kv_chunk_rows,
+                  "quantized KV: a prefill chunk reads its own K/V rows as stored (stored: chunking-invariant) "
+                  "or unquantized (exact)")
+      ->capture_default_str();
   cmd->add_option("--kv-calibration-file", o.calibration_file,
                   "text whose f32 prefill gives the tq modes' per-head centers and outlier channels")
       ->capture_default_str();
@@ -120,6 +124,9 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   q.center_keys = o.tq_keys != "plain";
   q.scale_keys = o.tq_keys == "smoothed";
   q.center_values = o.tq_center_values;
+  if (o.kv_chunk_rows != "stored" && o.kv_chunk_rows != "exact")
+    fail("--kv-chunk-rows '{}' is not one of: stored, exact", o.kv_chunk_rows);
+  q.exact_chunk_rows = o.kv_chunk_rows == "exact";
   return q;
 }
 

@@ -104,6 +104,10 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
 
+  // Logprob of `chosen` under log-softmax(raw_logits) and the num_top most likely alternatives
+  // (prompt logprobs use it directly).
+  static void fill_logprobs(std::span<const float> raw_logits, int32_t chosen, int num_top, SampleResult& extra);
+
  private:
   struct Candidate {
     float logit;  // after penalties and temperature
@@ -128,8 +132,6 @@ class Sampler {
   // the shortest rank prefix whose weight sum reaches target.
   size_t top_p_prefix(double target);
   double next_uniform();  // [0, 1) from 53 random bits
-  static void fill_logprobs(std::span<const float> raw_logits, int32_t chosen, int num_top,
-                            SampleResult& extra);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -43,17 +43,33 @@ void check_args(const CodedAttentionArgs& a) {
   if (!a.q || !a.out || (a.n_ctx > 0 && (!a.block_table || !a.k.base || !a.v.base))) {
     fail("coded attention: a required pointer argument is null");
   }
+  if (a.exact_from >= 0 && (a.exact_from > a.n_ctx || !a.exact_k || !a.exact_v)) {
+    fail("coded attention: exact rows from position {} need both row arrays and at most n_ctx ({})", a.exact_from,
+         a.n_ctx);
+  }
 }
 
 inline const uint8_t* row_ptr(const CodedPagedRows& rows, int32_t block, int g, int offset) {
   return rows.base + size_t(block) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
 }
 
+using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
+
+// Row t of KV head g of one side (K: key = true) into out[head_dim]: the exact row when the
+// caller passed one for t, else the page row decoded.
+inline void load_row(const CodedAttentionArgs& a, bool key, int t, int g, RowDecoder decode, float* out) {
+  if (a.exact_from >= 0 && t >= a.exact_from) {
+    const float* exact = (key ? a.exact_k : a.exact_v) + (size_t(t - a.exact_from) * a.n_kv_heads + g) * a.head_dim;
+    std::copy(exact, exact + a.head_dim, out);
+    return;
+  }
+  const CodedPagedRows& rows = key ? a.k : a.v;
+  decode(rows.format, row_ptr(rows, a.block_table[t / a.block_size], g, t % a.block_size), out);
+}
+
 }  // namespace
 
 namespace {
-
-using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
 
 // The plain loop: online softmax per query head, each K/V row decoded once for its group.
 void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
@@ -68,17 +84,15 @@ void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
     std::fill(running_sum, running_sum + group, 0.0f);
     for (int t = 0; t < a.n_ctx; ++t) {
-      const int32_t block = a.block_table[t / a.block_size];
-      const int offset = t % a.block_size;
       // Decode the K row once for the whole group.
-      decode(a.k.format, row_ptr(a.k, block, g, offset), k_row);
+      load_row(a, true, t, g, decode, k_row);
       for (int h = 0; h < group; ++h) {
         const float* q = q_group + size_t(h) * d;
         float dot = 0;
         for (int j = 0; j < d; ++j) dot += q[j] * k_row[j];
         score[h] = dot * a.scale;
       }
-      decode(a.v.format, row_ptr(a.v, block, g, offset), v_row);
+      load_row(a, false, t, g, decode, v_row);
       for (int h = 0; h < group; ++h) {
         float* acc_h = acc.data() + size_t(h) * d;
         float weight;
@@ -151,11 +165,9 @@ TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
     std::fill(running_sum, running_sum + group, 0.0f);
     for (int t = 0; t < a.n_ctx; ++t) {
-      const int32_t block = a.block_table[t / a.block_size];
-      const int offset = t % a.block_size;
-      decode_coded_row_avx2(a.k.format, row_ptr(a.k, block, g, offset), k_row);
+      load_row(a, true, t, g, decode_coded_row_avx2, k_row);
       for (int h = 0; h < group; ++h) score[h] = dot_avx2(q_group + size_t(h) * d, k_row, d) * a.scale;
-      decode_coded_row_avx2(a.v.format, row_ptr(a.v, block, g, offset), v_row);
+      load_row(a, false, t, g, decode_coded_row_avx2, v_row);
       for (int h = 0; h < group; ++h) {
         float* acc_h = acc.data() + size_t(h) * d;
         if (score[h] > running_max[h]) {
@@ -235,8 +247,7 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
     for (int t0 = 0; t0 < a.n_ctx; t0 += 8) {
       const int n = std::min(8, a.n_ctx - t0);
       for (int i = 0; i < n; ++i) {
-        const int t = t0 + i;
-        decode_coded_row_avx2(a.k.format, row_ptr(a.k, a.block_table[t / a.block_size], g, t % a.block_size), k_rows[i]);
+        load_row(a, true, t0 + i, g, decode_coded_row_avx2, k_rows[i]);
       }
       if (n == 8) {
         for (int c = 0; c < d; c += 8) transpose8(k_rows, c, k_cols);
@@ -258,8 +269,7 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
           }
       }
       for (int i = 0; i < n; ++i) {
-        const int t = t0 + i;
-        decode_coded_row_avx2(a.v.format, row_ptr(a.v, a.block_table[t / a.block_size], g, t % a.block_size), v_row);
+        load_row(a, false, t0 + i, g, decode_coded_row_avx2, v_row);
         for (int h = 0; h < group; ++h) {
           float* acc_h = acc.data() + size_t(h) * d;
           float weight;

@@ -40,6 +40,11 @@ struct CodedAttentionArgs {
   CodedPagedRows k, v;
   float scale = 1.0f;    // 1/sqrt(head_dim)
   float* out = nullptr;  // [n_q_heads, head_dim], in V's storage space
+  // Optional: positions [exact_from, n_ctx) (a prefill chunk's own tokens) are read from these
+  // unquantized storage-space rows instead of the pages. exact_from < 0: none.
+  int exact_from = -1;
+  const float* exact_k = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
+  const float* exact_v = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
 };
 
 // The best kernel for this CPU (runtime dispatch: AVX2+FMA+F16C when available, else scalar).

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <atomic>
 #include <new>
 
 #include <fmt/format.h>
@@ -7,6 +8,38 @@
 #include "errors/error.h"
 
 namespace tq {
+
+namespace {
+std::atomic<int> g_injected_failures{0};
+std::atomic<int> g_injected_after{0};
+std::atomic<size_t> g_live_arena_bytes{0};
+}  // namespace
+
+void KvCache::ArenaFree::operator()(uint8_t* p) const {
+  g_live_arena_bytes -= bytes;
+  delete[] p;
+}
+
+KvCache::Arena KvCache::allocate_arena(size_t bytes) {
+  if (g_injected_failures > 0) {
+    if (g_injected_after > 0) {
+      --g_injected_after;
+    } else {
+      --g_injected_failures;
+      return Arena(nullptr, ArenaFree{0});
+    }
+  }
+  uint8_t* p = new (std::nothrow) uint8_t[bytes];
+  if (!p) return Arena(nullptr, ArenaFree{0});
+  g_live_arena_bytes += bytes;
+  return Arena(p, ArenaFree{bytes});
+}
+
+void kv_cache_inject_allocation_failures(int count, int after) {
+  g_injected_after = after;
+  g_injected_failures = count;
+}
+size_t kv_cache_live_arena_bytes() { return g_live_arena_bytes; }
 
 namespace {
 int checked_block_count(int num_blocks) {
@@ -55,7 +88,7 @@ std::string KvCacheShape::describe() const {
 
 KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options,
                  const OutlierPartition& outliers, const KvAffine& affine)
-    : shape_(shape), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
+    : shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.block_size <= 0)
     fail("KV cache shape needs positive layers, KV heads and block size (got {}, {}, {})", shape.num_layers,
          shape.num_kv_heads, shape.block_size);
@@ -86,12 +119,13 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
     k_layout_.push_back(layout(kd, k_bytes_));
     v_layout_.push_back(layout(vd, v_bytes_));
   }
-  k_arena_.reset(new (std::nothrow) uint8_t[k_bytes_]);
-  v_arena_.reset(new (std::nothrow) uint8_t[v_bytes_]);
+  k_arena_ = allocate_arena(k_bytes_);
+  v_arena_ = allocate_arena(v_bytes_);
   if (!k_arena_ || !v_arena_) {
-    k_arena_.reset();
+    k_arena_.reset();  // the half that was allocated goes back at once
     v_arena_.reset();
-    fail("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks, double(k_bytes_ + v_bytes_) / (1 << 20));
+    throw KvAllocationError(fmt::format("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks,
+                                        double(k_bytes_ + v_bytes_) / (1 << 20)));
   }
 }
 

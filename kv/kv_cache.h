@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "errors/error.h"
 #include "kernels/attention_fp.h"
 #include "kernels/attention_coded.h"
 #include "kv/kv_dtype.h"
@@ -62,6 +63,18 @@ struct BlockTable {
   int num_tokens = 0;  // tokens whose K/V are (or are being) stored
 };
 
+// Thrown when the cache's memory cannot be allocated (nothing stays allocated).
+class KvAllocationError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Tests: after `after` more successful arena allocations, the next `count` fail as if memory
+// were exhausted.
+void kv_cache_inject_allocation_failures(int count, int after = 0);
+// Bytes of KV arenas currently allocated, over all caches (leak checks).
+size_t kv_cache_live_arena_bytes();
+
 class KvCache {
  public:
   // Throws tq::Error when the arenas cannot be allocated (message gives the size asked) or a
@@ -70,6 +83,7 @@ class KvCache {
           const OutlierPartition& outliers = {}, const KvAffine& affine = {});
 
   const KvCacheShape& shape() const { return shape_; }
+  const KvQuantOptions& options() const { return options_; }
   int num_blocks() const { return num_blocks_; }
   BlockAllocator& allocator() { return allocator_; }
   size_t total_bytes() const { return k_bytes_ + v_bytes_; }
@@ -109,12 +123,19 @@ class KvCache {
   }
 
   KvCacheShape shape_;
+  KvQuantOptions options_;
   int num_blocks_;
   std::vector<SideLayout> k_layout_, v_layout_;  // [layer]
   std::vector<KvRowCodec> k_codecs_, v_codecs_;  // [layer]
   size_t k_bytes_ = 0, v_bytes_ = 0;
-  std::unique_ptr<uint8_t[]> k_arena_;
-  std::unique_ptr<uint8_t[]> v_arena_;
+  struct ArenaFree {
+    size_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  using Arena = std::unique_ptr<uint8_t[], ArenaFree>;
+  static Arena allocate_arena(size_t bytes);  // null when it fails
+  Arena k_arena_;
+  Arena v_arena_;
   BlockAllocator allocator_;
 };
 

@@ -144,6 +144,18 @@ void KvRowCodec::from_storage(const float* y, int head, float* x) const {
   for (int j = 0; j < d_; ++j) x[p.empty() ? j : p[j]] = permuted[j];
 }
 
+void KvRowCodec::exact_storage_row(const float* x, int head, float* y) const {
+  const float* mu = center(head);
+  const float* s = scale(head);
+  if (!mu && !s) {
+    to_storage(x, head, y);
+    return;
+  }
+  float adjusted[kMaxDim];
+  for (int j = 0; j < d_; ++j) adjusted[j] = (x[j] - (mu ? mu[j] : 0.0f)) / (s ? s[j] : 1.0f);
+  to_storage(adjusted, head, y);
+}
+
 void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
   if (kv_dtype_is_fp(dtype_)) {
     kv_encode_row(dtype_, x_in, d_, row);

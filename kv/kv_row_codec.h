@@ -29,6 +29,10 @@ struct KvQuantOptions {
   bool center_keys = true;
   bool scale_keys = false;
   bool center_values = false;
+  // Within a prefill chunk, whether a token reads the chunk's own K/V rows exactly (unquantized,
+  // in storage space) or as stored. Stored is the default: a token's output then does not depend
+  // on how its prompt was chunked or batched (docs/FIDELITY.md measures both).
+  bool exact_chunk_rows = false;
 };
 
 // Split dtypes: per layer and KV head, a permutation of [0, head_dim) whose first half is the
@@ -78,6 +82,8 @@ class KvRowCodec {
   // y = storage-space image of x (the linear map alone, no centering); and its inverse.
   // x and y may not alias.
   void to_storage(const float* x, int head, float* y) const;
+  // The storage-space row encode() codes for x, before coding: to_storage((x - center) / scale).
+  void exact_storage_row(const float* x, int head, float* y) const;
   void from_storage(const float* y, int head, float* x) const;
 
   const std::vector<int>& order(int head) const;

@@ -79,10 +79,19 @@ void attend_fp(LayerContext& c, float scale) {
 void attend_coded(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
   const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads;
-  const int64_t q_dim = int64_t{m.num_heads} * d;
+  const int64_t q_dim = int64_t{m.num_heads} * d, kv_dim = int64_t{m.num_kv_heads} * d;
   const KvRowCodec& kc = c.cache.k_codec(c.layer);
   const KvRowCodec& vc = c.cache.v_codec(c.layer);
   const CodedPagedRows k_pages = c.cache.coded_k_pages(c.layer), v_pages = c.cache.coded_v_pages(c.layer);
+  const bool exact_chunk = c.cache.options().exact_chunk_rows;
+  if (exact_chunk) {
+    // This step's own K/V rows, unquantized, in storage space (what encode() would code).
+    for (int t = 0; t < T; ++t)
+      for (int g = 0; g < m.num_kv_heads; ++g) {
+        kc.exact_storage_row(c.buf.k.data() + t * kv_dim + g * d, g, c.buf.k_exact.data() + t * kv_dim + g * d);
+        vc.exact_storage_row(c.buf.v.data() + t * kv_dim + g * d, g, c.buf.v_exact.data() + t * kv_dim + g * d);
+      }
+  }
 #pragma omp parallel for schedule(dynamic) if (T > 1)
   for (int t = 0; t < T; ++t) {
     float* q_store = c.buf.q_store.data() + t * q_dim;
@@ -92,6 +101,16 @@ void attend_coded(LayerContext& c, float scale) {
     CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, q_store, scale, out_store);
     a.k = k_pages;
     a.v = v_pages;
+    if (exact_chunk) {
+      // The chunk of t's sequence in this batch: consecutive tokens with the same table.
+      int first = t;
+      while (first > 0 && c.batch.tables[first - 1] == c.batch.tables[t] &&
+             c.batch.positions[first - 1] == c.batch.positions[first] - 1)
+        --first;
+      a.exact_from = c.batch.positions[first];
+      a.exact_k = c.buf.k_exact.data() + first * kv_dim;
+      a.exact_v = c.buf.v_exact.data() + first * kv_dim;
+    }
     paged_attention_coded(a);
     for (int h = 0; h < m.num_heads; ++h)
       vc.output_from_storage(out_store + h * d, h / group, c.buf.attn.data() + t * q_dim + h * d);

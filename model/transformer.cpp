@@ -18,6 +18,8 @@ void ForwardBuffers::reserve(const ModelConfig& c, int tokens) {
   attn.resize(T * c.num_heads * c.head_dim);
   q_store.resize(T * c.num_heads * c.head_dim);
   attn_store.resize(T * c.num_heads * c.head_dim);
+  k_exact.resize(T * c.num_kv_heads * c.head_dim);
+  v_exact.resize(T * c.num_kv_heads * c.head_dim);
   gate.resize(T * c.intermediate_size);
   up.resize(T * c.intermediate_size);
   out.resize(T * c.hidden_size);

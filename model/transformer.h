@@ -1,7 +1,8 @@
 // The forward pass of a decoder-only transformer over a batch of tokens from any number of
 // sequences (prefill chunks and decode tokens alike). Each layer writes the step's K/V into
 // the paged cache first and then lets every token attend over its sequence's cached rows, so
-// a token's result does not depend on how the prompt was chunked or what else is in the batch.
+// a token's result does not depend on how the prompt was chunked or what else is in the batch
+// (unless KvQuantOptions::exact_chunk_rows asks for a chunk's own rows unquantized).
 #pragma once
 #include <functional>
 #include <vector>
@@ -24,6 +25,8 @@ struct ForwardBuffers {
   std::vector<float> attn;    // [T, n_heads * head_dim]
   std::vector<float> q_store;     // [T, n_heads * head_dim] q in K's storage space (quantized KV)
   std::vector<float> attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
+  std::vector<float> k_exact;     // [T, n_kv_heads * head_dim] k in storage space, unquantized
+  std::vector<float> v_exact;     // [T, n_kv_heads * head_dim] (KvQuantOptions::exact_chunk_rows)
   std::vector<float> gate;    // [T, ffn]
   std::vector<float> up;      // [T, ffn]
   std::vector<float> out;     // [T, hidden] sub-block output before the residual add

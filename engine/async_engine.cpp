@@ -1,0 +1,124 @@
+#include "engine/async_engine.h"
+
+#include <cstdio>
+
+#include "errors/error.h"
+
+namespace tq {
+
+AsyncEngine::AsyncEngine(EngineCore& core) : core_(core), stats_(core.stats()), thread_([this] { loop(); }) {}
+
+AsyncEngine::~AsyncEngine() { stop(); }
+
+void AsyncEngine::submit(std::unique_ptr<Request> request, OutputCallback on_output) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) {
+    RequestOutput out;
+    out.id = request->id;
+    out.finish = FinishReason::error;
+    out.error = "the server is shutting down";
+    on_output(out);
+    return;
+  }
+  ++unfinished_;
+  inbox_.emplace_back(std::move(request), std::move(on_output));
+  wake_.notify_one();
+}
+
+void AsyncEngine::abort(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborts_.push_back(id);
+  wake_.notify_one();
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+int AsyncEngine::num_unfinished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unfinished_;
+}
+
+void AsyncEngine::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return unfinished_ == 0; });
+}
+
+void AsyncEngine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    std::vector<std::pair<std::unique_ptr<Request>, OutputCallback>> inbox;
+    std::vector<uint64_t> aborts;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty() || core_.has_work(); });
+      inbox.swap(inbox_);
+      aborts.swap(aborts_);
+      stopping = stopping_;
+    }
+    int finished = 0;
+    const auto deliver = [&](const RequestOutput& out) {
+      auto it = callbacks_.find(out.id);
+      if (it == callbacks_.end()) return;
+      it->second(out);
+      if (out.finish != FinishReason::none) {
+        callbacks_.erase(it);
+        ++finished;
+      }
+    };
+    const auto end_request = [&](uint64_t id, FinishReason reason, const std::string& message) {
+      RequestOutput out;
+      out.id = id;
+      out.finish = reason;
+      out.error = message;
+      deliver(out);
+    };
+    for (auto& [request, callback] : inbox) {
+      const uint64_t id = request->id;
+      callbacks_[id] = std::move(callback);
+      try {
+        core_.add_request(std::move(request));
+      } catch (const Error& e) {
+        end_request(id, FinishReason::error, e.what());
+      }
+    }
+    if (stopping) {
+      for (auto& [id, cb] : std::unordered_map<uint64_t, OutputCallback>(callbacks_)) aborts.push_back(id);
+    }
+    for (uint64_t id : aborts)
+      if (core_.abort_request(id)) end_request(id, FinishReason::abort, "aborted");
+    if (core_.has_work()) {
+      try {
+        for (const RequestOutput& out : core_.step()) deliver(out);
+      } catch (const std::exception& e) {
+        // A failed step leaves no request in a known state: end them all with the reason.
+        std::fprintf(stderr, "engine step failed: %s\n", e.what());
+        for (auto& [id, cb] : std::unordered_map<uint64_t, OutputCallback>(callbacks_)) {
+          core_.abort_request(id);
+          end_request(id, FinishReason::error, std::string("engine error: ") + e.what());
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unfinished_ -= finished;
+      stats_ = core_.stats();
+      if (unfinished_ == 0) idle_.notify_all();
+      if (stopping && !core_.has_work() && inbox_.empty()) return;
+    }
+  }
+}
+
+}  // namespace tq

@@ -1,0 +1,145 @@
+#include "kv/block_pool.h"
+
+#include <algorithm>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "errors/error.h"
+
+namespace tq {
+
+BlockPool::BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      salt_(XXH3_64bits(salt.data(), salt.size())),
+      enable_caching_(enable_prefix_caching),
+      blocks_(std::max(num_blocks, 0)) {
+  if (num_blocks <= 0 || block_size <= 0)
+    fail("block pool needs positive block count and size (got {} blocks of {})", num_blocks, block_size);
+  for (int b = 0; b < num_blocks; ++b) blocks_[b].in_queue = free_queue_.insert(free_queue_.end(), b);
+}
+
+uint64_t BlockPool::chain_hash(uint64_t parent, std::span<const TokenId> block_tokens) const {
+  return XXH3_64bits_withSeed(block_tokens.data(), block_tokens.size_bytes(), parent);
+}
+
+void BlockPool::extend_hashes(std::span<const TokenId> tokens, int num_full_blocks, BlockHashes& hashes) const {
+  for (int i = static_cast<int>(hashes.hashes.size()); i < num_full_blocks; ++i) {
+    const uint64_t parent = i == 0 ? salt_ : hashes.hashes[i - 1];
+    hashes.hashes.push_back(chain_hash(parent, tokens.subspan(size_t(i) * block_size_, block_size_)));
+  }
+}
+
+void BlockPool::take(int block) {
+  Block& b = blocks_[block];
+  if (b.ref_count == 0) free_queue_.erase(b.in_queue);
+  ++b.ref_count;
+}
+
+void BlockPool::evict_hash(int block) {
+  Block& b = blocks_[block];
+  if (!b.has_hash) return;
+  auto it = by_hash_.find(b.hash);
+  if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
+  b.has_hash = false;
+  b.tokens.clear();
+}
+
+int BlockPool::acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable& table, BlockHashes& hashes,
+                                     bool count_stats) {
+  if (!table.blocks.empty()) fail("block pool: prefix lookup into a table that already holds blocks");
+  hashes.hashes.clear();
+  if (!enable_caching_ || tokens.empty()) return 0;
+  const int full = static_cast<int>(tokens.size()) / block_size_;
+  extend_hashes(tokens, full, hashes);
+  // At least one token must be computed, so a prompt that is all full blocks leaves its last.
+  const int max_blocks = static_cast<int>(tokens.size() - 1) / block_size_;
+  int hit = 0;
+  for (; hit < max_blocks; ++hit) {
+    auto it = by_hash_.find(hashes.hashes[hit]);
+    if (it == by_hash_.end()) break;
+    const Block& b = blocks_[it->second];
+    const uint64_t parent = hit == 0 ? salt_ : hashes.hashes[hit - 1];
+    const auto block_tokens = tokens.subspan(size_t(hit) * block_size_, block_size_);
+    if (b.parent_hash != parent || !std::equal(block_tokens.begin(), block_tokens.end(), b.tokens.begin())) break;
+    take(it->second);
+    table.blocks.push_back(it->second);
+  }
+  if (count_stats) {
+    stats_.queries += tokens.size();
+    stats_.hits += uint64_t(hit) * block_size_;
+  }
+  return hit * block_size_;
+}
+
+bool BlockPool::allocate(BlockTable& table, int num_tokens) {
+  const int needed = (num_tokens + block_size_ - 1) / block_size_ - static_cast<int>(table.blocks.size());
+  if (needed <= 0) return true;
+  if (needed > num_free()) return false;
+  for (int i = 0; i < needed; ++i) {
+    const int block = free_queue_.front();
+    evict_hash(block);
+    take(block);
+    table.blocks.push_back(block);
+  }
+  return true;
+}
+
+void BlockPool::cache_full_blocks(std::span<const TokenId> tokens, int num_computed, const BlockTable& table,
+                                  BlockHashes& hashes) {
+  if (!enable_caching_) return;
+  const int full = std::min(num_computed / block_size_, static_cast<int>(table.blocks.size()));
+  extend_hashes(tokens, full, hashes);
+  for (int i = 0; i < full; ++i) {
+    Block& b = blocks_[table.blocks[i]];
+    if (b.has_hash) continue;  // already cached (a shared prefix block, or registered last step)
+    const uint64_t h = hashes.hashes[i];
+    if (by_hash_.count(h)) continue;  // the same content is cached in another block: keep that one
+    b.has_hash = true;
+    b.hash = h;
+    b.parent_hash = i == 0 ? salt_ : hashes.hashes[i - 1];
+    const auto block_tokens = tokens.subspan(size_t(i) * block_size_, block_size_);
+    b.tokens.assign(block_tokens.begin(), block_tokens.end());
+    by_hash_.emplace(h, table.blocks[i]);
+  }
+}
+
+void BlockPool::release(BlockTable& table) {
+  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
+    Block& b = blocks_[*it];
+    if (b.ref_count <= 0) fail("block pool: block {} released more often than taken", *it);
+    if (--b.ref_count == 0) {
+      // Cached blocks wait at the back for a later hit; uncached ones are handed out first.
+      b.in_queue = b.has_hash ? free_queue_.insert(free_queue_.end(), *it) : free_queue_.insert(free_queue_.begin(), *it);
+    }
+  }
+  table.blocks.clear();
+  table.num_tokens = 0;
+}
+
+void BlockPool::reset_prefix_cache() {
+  for (int b = 0; b < num_blocks_; ++b)
+    if (blocks_[b].ref_count == 0) evict_hash(b);
+}
+
+void BlockPool::check_consistency(std::span<const BlockTable* const> tables) const {
+  std::vector<int> refs(num_blocks_, 0);
+  for (const BlockTable* t : tables)
+    for (int32_t b : t->blocks) {
+      if (b < 0 || b >= num_blocks_) fail("block pool: table holds block {} outside the pool", b);
+      ++refs[b];
+    }
+  std::vector<int> queued(num_blocks_, 0);
+  for (int b : free_queue_) ++queued[b];
+  for (int b = 0; b < num_blocks_; ++b) {
+    if (blocks_[b].ref_count != refs[b])
+      fail("block pool: block {} has {} references but {} tables hold it", b, blocks_[b].ref_count, refs[b]);
+    if (queued[b] != (refs[b] == 0 ? 1 : 0))
+      fail("block pool: block {} is in the free queue {} times with {} references", b, queued[b], refs[b]);
+  }
+  for (const auto& [h, b] : by_hash_)
+    if (!blocks_[b].has_hash || blocks_[b].hash != h) fail("block pool: hash entry points at block {} without it", b);
+}
+
+}  // namespace tq

@@ -1,0 +1,101 @@
+// The serving engine's view of the KV cache's blocks: which block ids are free, how many
+// sequences share each block (reference counts), and the prefix cache.
+//
+// Prefix caching (as vLLM v1): once a block is full its tokens are known for good, so it gets a
+// hash chained from the previous block's hash and its own tokens (xxHash3), salted with the KV
+// mode (a tq4 block is no use to an f16 run). A new request looks its prompt's full blocks up in
+// order and shares every block that matches instead of computing it again. Blocks nobody uses
+// go to the free queue but keep their contents and hash until they are handed out again: the
+// queue's front is the least recently freed (evicted first). A sequence's blocks are freed last
+// block first, so the tail of a prefix is evicted before its head.
+//
+// Single-threaded: the engine's step loop is its only user.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tq {
+
+// A request's chain of full-block hashes: hashes[i] covers tokens [0, (i + 1) * block_size).
+struct BlockHashes {
+  std::vector<uint64_t> hashes;
+};
+
+struct PrefixCacheStats {
+  uint64_t queries = 0;  // prompt tokens looked up
+  uint64_t hits = 0;     // of those, tokens found cached
+};
+
+class BlockPool {
+ public:
+  // salt: what must differ for blocks to be incompatible (the KV mode's description).
+  BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching = true);
+
+  int num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  // Blocks no sequence holds (cached or not): what allocate() can hand out.
+  int num_free() const { return static_cast<int>(free_queue_.size()); }
+  // Blocks held by at least one sequence, as a fraction of all.
+  double usage() const { return 1.0 - double(num_free()) / num_blocks_; }
+  bool prefix_caching() const { return enable_caching_; }
+  const PrefixCacheStats& stats() const { return stats_; }
+  // Cached blocks (holding a hash), in use or free.
+  int num_cached() const { return static_cast<int>(by_hash_.size()); }
+
+  // Shares the longest run of cached blocks that matches the start of `tokens`, leaving at least
+  // one token to compute (its logits are needed). Appends the blocks to an empty `table`, fills
+  // `hashes` with the chain of every full block of `tokens` and returns the tokens covered.
+  // count_stats: add to the hit/query counters (a request's first lookup only).
+  int acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable& table, BlockHashes& hashes,
+                            bool count_stats = true);
+
+  // Grows `table` to hold `num_tokens`; false, and nothing taken, when too few blocks are free.
+  bool allocate(BlockTable& table, int num_tokens);
+
+  // Registers the blocks of `table` that `num_computed` tokens fill completely (K/V written) in
+  // the prefix cache. tokens: the sequence's tokens (at least num_computed).
+  void cache_full_blocks(std::span<const TokenId> tokens, int num_computed, const BlockTable& table,
+                         BlockHashes& hashes);
+
+  // Drops the table's references (last block first) and empties it.
+  void release(BlockTable& table);
+
+  // Forgets every cached block that no sequence holds (vLLM's reset_prefix_cache).
+  void reset_prefix_cache();
+
+  // Consistency check for tests and soak runs: reference counts match `tables`, every free block
+  // is in the queue once, every hash entry points at a block with that hash. Throws tq::Error.
+  void check_consistency(std::span<const BlockTable* const> tables) const;
+
+ private:
+  struct Block {
+    int ref_count = 0;
+    uint64_t hash = 0;
+    bool has_hash = false;
+    uint64_t parent_hash = 0;           // hash of the previous block in the chain (or the salt)
+    std::vector<TokenId> tokens;        // [block_size] when has_hash: checked on every hit
+    std::list<int>::iterator in_queue;  // valid when ref_count == 0
+  };
+
+  uint64_t chain_hash(uint64_t parent, std::span<const TokenId> block_tokens) const;
+  void extend_hashes(std::span<const TokenId> tokens, int num_full_blocks, BlockHashes& hashes) const;
+  void take(int block);       // ref_count 0 -> 1 (out of the free queue)
+  void evict_hash(int block);  // forget a free block's hash before it is reused
+
+  int num_blocks_, block_size_;
+  uint64_t salt_;
+  bool enable_caching_;
+  std::vector<Block> blocks_;
+  std::list<int> free_queue_;  // front: next to hand out
+  std::unordered_map<uint64_t, int> by_hash_;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace tq

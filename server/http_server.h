@@ -1,0 +1,66 @@
+// `tqserve serve`'s HTTP side (cpp-httplib): the OpenAI-compatible endpoints, /tokenize and
+// /detokenize, /health, /metrics and the chat page at /, over an AsyncEngine.
+//
+// Each completion request becomes one engine request per choice; its outputs are streamed as
+// server-sent events (stream: true) or gathered into one response. A client that disconnects is
+// noticed at the next write (a keep-alive comment, or for a non-streaming response a space
+// before the JSON, goes out every second while nothing else does) and its engine requests are
+// aborted, which frees their blocks at once.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tq {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (see HttpServer::port())
+  std::string api_key;  // empty: no authentication
+  size_t max_body_bytes = 8 << 20;
+  int max_queued_requests = 1024;  // waiting beyond this: 503 with Retry-After
+  int max_num_seqs = 64;           // the engine's running limit (to size the waiting queue)
+  int max_connections = 512;       // HTTP worker threads
+  int read_timeout_seconds = 30;
+  std::string kv_mode;  // reported in /v1/models and /metrics
+  RequestLimits limits;
+};
+
+class HttpServer {
+ public:
+  // Serves /health (503) at once; the API answers 503 until attach().
+  explicit HttpServer(ServerConfig config);
+  ~HttpServer();
+
+  // Binds the socket; false (with the reason on stderr) when it cannot. Then port() is known.
+  bool bind();
+  int port() const { return port_; }
+  // Serves until stop(); in-flight requests are finished before it returns.
+  void run();
+  // Stops accepting connections (thread-safe; the SIGINT/SIGTERM path).
+  void stop();
+  // The loaded model and its engine; /health answers 200 and the API opens from now on.
+  void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode);
+
+ private:
+  void install_routes();
+
+  AsyncEngine* engine_ = nullptr;  // set once by attach(), before ready_
+  ServedModel model_;
+  ServerConfig config_;
+  ServerMetrics metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> ready_{false};
+  int port_ = 0;
+  int64_t started_ = 0;
+};
+
+}  // namespace tq

@@ -1,0 +1,61 @@
+// The OpenAI request schema: a JSON body of /v1/completions or /v1/chat/completions becomes the
+// prompts and sampling parameters the engine runs, or an ApiError naming the bad field.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tq {
+
+// An error in OpenAI's form: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status_, std::string type_, std::string message, std::string param_ = "")
+      : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)) {}
+  int status;
+  std::string type;  // "invalid_request_error", "authentication_error", "not_found_error", ...
+  std::string param;
+  nlohmann::json to_json() const;
+};
+// 400 invalid_request_error about `param`.
+ApiError bad_request(const std::string& message, const std::string& param = "");
+
+// What the server serves, as requests see it.
+struct ServedModel {
+  std::string name;  // the id in /v1/models and responses
+  const Tokenizer* tokenizer = nullptr;
+  std::string chat_template;
+  int max_model_len = 0;
+  int vocab_size = 0;
+};
+
+// Limits a request must respect (flags of `tqserve serve`).
+struct RequestLimits {
+  int max_n = 16;          // choices per prompt
+  int max_stop = 16;       // stop strings
+  int max_prompts = 64;    // prompts in one completions request
+  int max_logprobs = SamplingParams::kMaxLogprobs;
+};
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<std::vector<TokenId>> prompts;  // [prompts] (chat: one)
+  SamplingParams params;                      // max_tokens resolved against the context
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;        // completions: prompt text (and logprobs) before the completion
+  bool max_tokens_zero = false;  // echo with max_tokens 0: the prompt only
+  int logprobs = -1;        // -1 none; completions: top alternatives (0..20); chat: top_logprobs
+};
+
+// Throw ApiError. `body` is the parsed JSON (an object is required).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits);
+ApiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits);
+
+}  // namespace tq

@@ -1,0 +1,208 @@
+#include "server/openai_response.h"
+
+#include <functional>
+
+namespace tq {
+
+using nlohmann::json;
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ServedModel& model, std::string id, int64_t created)
+    : request_(request), model_(model), id_(std::move(id)), created_(created) {
+  for (size_t p = 0; p < request.prompts.size(); ++p)
+    for (int i = 0; i < request.n; ++i) choices_.push_back(Choice{static_cast<int>(p)});
+}
+
+std::string ResponseBuilder::token_string(TokenId id) const { return model_.tokenizer->token_bytes(id); }
+
+std::string ResponseBuilder::prompt_text(int prompt_index) const {
+  return model_.tokenizer->decode(request_.prompts[prompt_index], false);
+}
+
+void ResponseBuilder::add(int index, const RequestOutput& out) {
+  Choice& c = choices_[index];
+  if (!out.prompt_logprobs.empty()) c.prompt_logprobs = out.prompt_logprobs;
+  if (!request_.max_tokens_zero) {
+    c.text += out.new_text;
+    c.ids.insert(c.ids.end(), out.new_ids.begin(), out.new_ids.end());
+    c.logprobs.insert(c.logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
+  }
+  if (out.finish != FinishReason::none) c.finish = request_.max_tokens_zero ? FinishReason::length : out.finish;
+}
+
+int ResponseBuilder::prompt_tokens() const {
+  int total = 0;
+  for (const auto& p : request_.prompts) total += static_cast<int>(p.size());
+  return total;
+}
+
+int ResponseBuilder::completion_tokens() const {
+  int total = 0;
+  for (const Choice& c : choices_) total += static_cast<int>(c.ids.size());
+  return total;
+}
+
+json ResponseBuilder::usage() const {
+  return {{"prompt_tokens", prompt_tokens()},
+          {"completion_tokens", completion_tokens()},
+          {"total_tokens", prompt_tokens() + completion_tokens()}};
+}
+
+namespace {
+json finish_json(FinishReason r) {
+  return r == FinishReason::none ? json(nullptr) : json(finish_reason_name(r));
+}
+json top_map(const SampleResult& lp, const std::function<std::string(TokenId)>& str) {
+  json top = json::object();
+  for (const auto& [id, logprob] : lp.top) {
+    const std::string s = str(id);
+    if (!top.contains(s)) top[s] = logprob;
+  }
+  return top;
+}
+json byte_list(const std::string& s) {
+  json b = json::array();
+  for (unsigned char ch : s) b.push_back(int(ch));
+  return b;
+}
+}  // namespace
+
+json ResponseBuilder::completion_logprobs(const std::vector<TokenId>& ids, const std::vector<SampleResult>& lps,
+                                          bool first_is_prompt_start, size_t offset) const {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  const auto str = [this](TokenId id) { return token_string(id); };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string s = token_string(ids[i]);
+    tokens.push_back(s);
+    offsets.push_back(offset);
+    offset += s.size();
+    if (i == 0 && first_is_prompt_start) {  // nothing precedes the first prompt token
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+    } else {
+      token_logprobs.push_back(i < lps.size() ? json(lps[i].logprob) : json(nullptr));
+      top.push_back(i < lps.size() ? top_map(lps[i], str) : json(nullptr));
+    }
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json ResponseBuilder::chat_logprobs(const std::vector<TokenId>& ids, const std::vector<SampleResult>& lps) const {
+  json content = json::array();
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    const std::string s = token_string(ids[i]);
+    json top = json::array();
+    for (const auto& [id, logprob] : lps[i].top) {
+      const std::string ts = token_string(id);
+      top.push_back({{"token", ts}, {"logprob", logprob}, {"bytes", byte_list(ts)}});
+    }
+    content.push_back({{"token", s}, {"logprob", lps[i].logprob}, {"bytes", byte_list(s)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json ResponseBuilder::chunk(int index, const json& choice_fields) const {
+  json choice = choice_fields;
+  choice["index"] = index;
+  return {{"id", id_},
+          {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_.name},
+          {"choices", json::array({choice})}};
+}
+
+std::vector<std::string> ResponseBuilder::stream_chunks(int index, const RequestOutput& out) {
+  Choice& c = choices_[index];
+  std::vector<std::string> events;
+  const bool drop = request_.max_tokens_zero;
+  const std::string text = drop ? std::string() : out.new_text;
+  const std::vector<TokenId> ids = drop ? std::vector<TokenId>() : out.new_ids;
+  const json finish = finish_json(out.finish == FinishReason::none ? FinishReason::none : c.finish);
+  if (request_.chat) {
+    if (!c.started) {
+      c.started = true;
+      events.push_back(dump_json(chunk(index, {{"delta", {{"role", "assistant"}, {"content", ""}}},
+                                               {"logprobs", nullptr}, {"finish_reason", nullptr}})));
+    }
+    if (!text.empty() || !ids.empty()) {
+      json lp = request_.logprobs >= 0 ? chat_logprobs(ids, out.new_logprobs) : json(nullptr);
+      events.push_back(dump_json(chunk(index, {{"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}})));
+    }
+    if (!finish.is_null())
+      events.push_back(dump_json(chunk(index, {{"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}})));
+    return events;
+  }
+  std::string prefix;
+  json lp = nullptr;
+  if (!c.started) {
+    c.started = true;
+    if (request_.echo) {
+      prefix = prompt_text(c.prompt_index);
+      if (request_.logprobs >= 0) lp = completion_logprobs(request_.prompts[c.prompt_index], out.prompt_logprobs, true, 0);
+    }
+  }
+  if (request_.logprobs >= 0 && !ids.empty()) {
+    const size_t offset = c.text.size() - text.size() + (request_.echo ? prompt_text(c.prompt_index).size() : 0);
+    json gen = completion_logprobs(ids, out.new_logprobs, false, offset);
+    if (lp.is_null()) {
+      lp = gen;
+    } else {
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const json& v : gen[key]) lp[key].push_back(v);
+    }
+  }
+  if (!prefix.empty() || !text.empty() || !ids.empty() || !finish.is_null())
+    events.push_back(dump_json(chunk(index, {{"text", prefix + text}, {"logprobs", lp}, {"finish_reason", finish}})));
+  return events;
+}
+
+std::vector<std::string> ResponseBuilder::stream_end() const {
+  if (!request_.include_usage) return {};
+  json j = {{"id", id_},
+            {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_.name},
+            {"choices", json::array()},
+            {"usage", usage()}};
+  return {dump_json(j)};
+}
+
+json ResponseBuilder::response() const {
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    if (request_.chat) {
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"logprobs", request_.logprobs >= 0 ? chat_logprobs(c.ids, c.logprobs) : json(nullptr)},
+                         {"finish_reason", finish_json(c.finish)}});
+      continue;
+    }
+    std::string text = c.text;
+    json lp = nullptr;
+    if (request_.echo) {
+      const std::string prompt = prompt_text(c.prompt_index);
+      text = prompt + text;
+      if (request_.logprobs >= 0) {
+        std::vector<TokenId> ids = request_.prompts[c.prompt_index];
+        std::vector<SampleResult> lps = c.prompt_logprobs;
+        lps.resize(ids.size());
+        ids.insert(ids.end(), c.ids.begin(), c.ids.end());
+        lps.insert(lps.end(), c.logprobs.begin(), c.logprobs.end());
+        lp = completion_logprobs(ids, lps, true, 0);
+      }
+    } else if (request_.logprobs >= 0) {
+      lp = completion_logprobs(c.ids, c.logprobs, false, 0);
+    }
+    choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish_json(c.finish)}});
+  }
+  return {{"id", id_},
+          {"object", request_.chat ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_.name},
+          {"choices", choices},
+          {"usage", usage()}};
+}
+
+}  // namespace tq

@@ -1,0 +1,178 @@
+// kv/block_pool.h and engine/kv_budget.h: prefix blocks are shared by content and KV mode,
+// evicted least recently freed first and only when nothing holds them, reference counts stay
+// consistent; the KV budget halves on allocation failure down to one request, freeing every
+// partial allocation, and refuses with the sizes when even that fails.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/kv_budget.h"
+#include "errors/error.h"
+#include "kv/block_pool.h"
+
+namespace tq {
+namespace {
+
+std::vector<TokenId> seq(int n, int start = 100) {
+  std::vector<TokenId> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+void check(const BlockPool& pool, std::initializer_list<const BlockTable*> tables) {
+  std::vector<const BlockTable*> t(tables);
+  pool.check_consistency(t);
+}
+
+TEST(BlockPool, FullBlocksAreSharedAndTheLastTokenIsAlwaysComputed) {
+  BlockPool pool(8, 4, "f16");
+  const auto tokens = seq(10);  // 2 full blocks + 2
+  BlockTable a;
+  BlockHashes ha;
+  EXPECT_EQ(pool.acquire_cached_prefix(tokens, a, ha), 0);
+  ASSERT_TRUE(pool.allocate(a, 10));
+  pool.cache_full_blocks(tokens, 10, a, ha);
+  EXPECT_EQ(pool.num_cached(), 2);
+  BlockTable b;
+  BlockHashes hb;
+  EXPECT_EQ(pool.acquire_cached_prefix(tokens, b, hb), 8);
+  EXPECT_EQ(std::vector<int32_t>(b.blocks.begin(), b.blocks.end()), std::vector<int32_t>(a.blocks.begin(), a.blocks.begin() + 2));
+  check(pool, {&a, &b});
+  // Exactly 8 tokens: only the first block may be shared (one token must be computed).
+  BlockTable c;
+  BlockHashes hc;
+  EXPECT_EQ(pool.acquire_cached_prefix(seq(8), c, hc), 4);
+  EXPECT_EQ(pool.stats().queries, 10u + 10u + 8u);
+  EXPECT_EQ(pool.stats().hits, 8u + 4u);
+  pool.release(a);
+  pool.release(b);
+  pool.release(c);
+  check(pool, {});
+  EXPECT_EQ(pool.num_free(), 8);
+}
+
+TEST(BlockPool, ADifferentModeOrPrefixDoesNotMatch) {
+  BlockPool f16(8, 4, "f16"), tq4(8, 4, "tq4");
+  const auto tokens = seq(9);
+  for (BlockPool* p : {&f16, &tq4}) {
+    BlockTable t;
+    BlockHashes h;
+    p->acquire_cached_prefix(tokens, t, h);
+    ASSERT_TRUE(p->allocate(t, 9));
+    p->cache_full_blocks(tokens, 9, t, h);
+    BlockTable u;
+    BlockHashes hu;
+    auto other = tokens;
+    other[1] = 7;  // first block differs: the chain breaks at once
+    EXPECT_EQ(p->acquire_cached_prefix(other, u, hu), 0);
+    auto later = tokens;
+    later[5] = 7;  // second block differs: the first still matches
+    BlockTable v;
+    BlockHashes hv;
+    EXPECT_EQ(p->acquire_cached_prefix(later, v, hv), 4);
+    p->release(v);
+    p->release(t);
+  }
+  BlockHashes a, b;
+  BlockTable ta, tb;
+  f16.acquire_cached_prefix(tokens, ta, a, false);
+  tq4.acquire_cached_prefix(tokens, tb, b, false);
+  EXPECT_NE(a.hashes[0], b.hashes[0]);  // the mode salts the chain
+  f16.release(ta);
+  tq4.release(tb);
+}
+
+TEST(BlockPool, FreeCachedBlocksAreEvictedOldestFirstAndHeldOnesNever) {
+  BlockPool pool(4, 2, "f16");
+  BlockTable a, b;
+  BlockHashes ha, hb;
+  const auto ta = seq(5, 10), tb = seq(5, 50);
+  pool.acquire_cached_prefix(ta, a, ha);
+  ASSERT_TRUE(pool.allocate(a, 5));  // 3 blocks
+  pool.cache_full_blocks(ta, 5, a, ha);
+  pool.release(a);  // 2 cached blocks free (tail first), 1 uncached free
+  EXPECT_EQ(pool.num_cached(), 2);
+  pool.acquire_cached_prefix(tb, b, hb);
+  // 3 blocks: the two uncached ones, then ta's second block (freed before its first).
+  ASSERT_TRUE(pool.allocate(b, 5));
+  EXPECT_EQ(pool.num_cached(), 1);
+  BlockTable again;
+  BlockHashes hagain;
+  EXPECT_EQ(pool.acquire_cached_prefix(ta, again, hagain), 2);  // ta's first block survived
+  EXPECT_FALSE(pool.allocate(b, 7));  // a 4th block: none is free (the last is held by `again`)
+  EXPECT_EQ(b.blocks.size(), 3u);     // unchanged
+  check(pool, {&b, &again});
+  pool.release(b);
+  pool.release(again);
+  pool.reset_prefix_cache();
+  EXPECT_EQ(pool.num_cached(), 0);
+  check(pool, {});
+}
+
+KvCacheShape small_shape() { return KvCacheShape{2, 2, 64, 16, KvDtype::F16, KvDtype::F16}; }
+
+TEST(KvBudget, HalvesOnAllocationFailureAndFreesPartialAllocations) {
+  const KvCacheShape shape = small_shape();
+  KvSizing s;
+  s.bytes_per_block = shape.bytes_per_block();
+  s.block_size = 16;
+  s.max_model_len = 64;  // 4 blocks
+  s.mode = "f16";
+  s.budget_bytes = 64 * s.bytes_per_block;
+  const size_t live_before = kv_cache_live_arena_bytes();
+  // The first try fails at its K arena, the second at its V arena (its K arena must then be
+  // freed), the third (16 blocks) succeeds.
+  int calls = 0;
+  std::vector<std::string> log;
+  auto make = [&](int blocks) {
+    ++calls;
+    if (calls == 1) kv_cache_inject_allocation_failures(1);
+    if (calls == 2) kv_cache_inject_allocation_failures(1, 1);
+    return std::make_unique<KvCache>(shape, blocks);
+  };
+  {
+    auto cache = allocate_kv_cache(s, make, &log);
+    EXPECT_EQ(cache->num_blocks(), 16);
+    EXPECT_EQ(log.size(), 2u);
+    EXPECT_EQ(kv_cache_live_arena_bytes() - live_before, cache->total_bytes());
+  }
+  EXPECT_EQ(kv_cache_live_arena_bytes(), live_before);
+  // Every try fails: down to 4 blocks, then the sizing error with the numbers.
+  kv_cache_inject_allocation_failures(1000);
+  try {
+    allocate_kv_cache(s, [&](int blocks) { return std::make_unique<KvCache>(shape, blocks); });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--max-model-len 64"), std::string::npos) << m;
+    EXPECT_NE(m.find("MiB"), std::string::npos) << m;
+  }
+  kv_cache_inject_allocation_failures(0);
+  EXPECT_EQ(kv_cache_live_arena_bytes(), live_before);
+}
+
+TEST(KvBudget, RefusesABudgetBelowOneRequestWithTheLongestContextThatFits) {
+  const KvCacheShape shape = small_shape();
+  KvSizing s;
+  s.bytes_per_block = shape.bytes_per_block();
+  s.block_size = 16;
+  s.max_model_len = 1000;
+  s.mode = "f16";
+  s.budget_bytes = 10 * s.bytes_per_block;
+  try {
+    allocate_kv_cache(s, [&](int blocks) { return std::make_unique<KvCache>(shape, blocks); });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("longest context that fits is 160 tokens"), std::string::npos) << m;
+  }
+  EXPECT_EQ(parse_byte_size("2GiB", "--x"), size_t(2) << 30);
+  EXPECT_EQ(parse_byte_size("512MiB", "--x"), size_t(512) << 20);
+  EXPECT_EQ(parse_byte_size("1000", "--x"), 1000u);
+  EXPECT_THROW(parse_byte_size("lots", "--x"), Error);
+  EXPECT_THROW(parse_byte_size("5 parsecs", "--x"), Error);
+  EXPECT_THROW(parse_byte_size("-1G", "--x"), Error);
+}
+
+}  // namespace
+}  // namespace tq

@@ -1,0 +1,237 @@
+"""`tqserve serve` through real clients: the official openai package (chat and completions, streaming
+and not, errors as the matching exception types), raw HTTP for what the SDK hides (status codes,
+SSE framing, metrics), 64 concurrent streams equal to each request run alone, disconnects that free
+their blocks, in an f16 and a tq4 cache."""
+import concurrent.futures
+import json
+import socket
+import time
+
+import openai
+import pytest
+
+from conftest import BINARY
+from server_process import ServerProcess
+
+MODES = ["f16", "tq4"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def server(request, smollm2):
+    s = ServerProcess(BINARY, smollm2, "--kv-cache-dtype", request.param, "--kv-cache-memory", "96MiB",
+                      "--max-model-len", "2048", "--served-model-name", "smollm2")
+    s.mode = request.param
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_models_reports_the_kv_mode(server, client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["smollm2"]
+    _, body = server.get("/v1/models")
+    entry = json.loads(body)["data"][0]
+    assert entry["kv_cache_dtype"] == server.mode and entry["max_model_len"] == 2048
+
+
+def test_chat_completion_and_its_stream_agree(client):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    full = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0)
+    assert full.object == "chat.completion"
+    assert full.choices[0].message.role == "assistant"
+    assert full.choices[0].finish_reason in ("stop", "length")
+    assert full.usage.completion_tokens > 0 and full.usage.prompt_tokens > 10
+    text = full.choices[0].message.content
+    assert "Paris" in text
+
+    pieces, usage, finish = [], None, None
+    for chunk in client.chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            pieces.append(c.delta.content or "")
+            finish = c.finish_reason or finish
+    assert "".join(pieces) == text
+    assert finish == full.choices[0].finish_reason
+    assert usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_completion_stream_n_and_stop(client):
+    full = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=20, temperature=0)
+    assert full.object == "text_completion" and full.choices[0].finish_reason == "length"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="smollm2", prompt="Once upon a time", max_tokens=20, temperature=0, stream=True) if c.choices)
+    assert streamed == full.choices[0].text
+    # A stop string cuts the text before it.
+    words = full.choices[0].text.split()
+    stop = words[3]
+    cut = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=20, temperature=0,
+                                    stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert stop not in cut.choices[0].text
+    assert full.choices[0].text.startswith(cut.choices[0].text)
+    # n choices, seeded: reproducible.
+    a = client.completions.create(model="smollm2", prompt="The weather", max_tokens=8, n=3, seed=7, temperature=1.0)
+    b = client.completions.create(model="smollm2", prompt="The weather", max_tokens=8, n=3, seed=7, temperature=1.0)
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]
+
+
+def test_echo_with_logprobs_gives_prompt_logprobs(server, client):
+    prompt_ids = json.loads(server.post("/tokenize", {"prompt": "The cat sat on the mat"})[1])["tokens"]
+    r = client.completions.create(model="smollm2", prompt=prompt_ids, max_tokens=1, temperature=0, echo=True,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(prompt_ids) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(t) >= 1 for t in lp.top_logprobs[1:])
+    # The greedy token's logprob is the best alternative's.
+    assert abs(lp.token_logprobs[-1] - max(lp.top_logprobs[-1].values())) < 1e-6
+    assert r.choices[0].text.startswith("The cat sat on the mat")
+    # max_tokens 0 with echo: the prompt alone (what lm-eval's loglikelihood may ask).
+    r0 = client.completions.create(model="smollm2", prompt=prompt_ids, max_tokens=0, echo=True, logprobs=0)
+    assert len(r0.choices[0].logprobs.tokens) == len(prompt_ids)
+    assert r0.usage.completion_tokens == 0
+
+
+def test_errors_reach_the_client_as_openai_exceptions(server, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="smollm2", prompt="hi", temperature=5)
+    assert "temperature" in str(e.value)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="no-such-model", prompt="hi")
+    long_prompt = list(range(100, 100 + 2100))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="smollm2", prompt=long_prompt, max_tokens=4)
+    assert "2048" in str(e.value) and "2100" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="smollm2", prompt="hi", max_tokens=2048)
+    assert "2048" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="smollm2", prompt=[1, 2, 10**7])
+
+
+def test_raw_http_errors_are_openai_shaped(server):
+    cases = [
+        (server.post("/v1/completions", raw=b"{not json"), 400),
+        (server.post("/v1/completions", {"prompt": "x", "max_tokens": "ten"}), 400),
+        (server.post("/v1/completions", {"max_tokens": 3}), 400),
+        (server.post("/v1/chat/completions", {"messages": []}), 400),
+        (server.post("/v1/completions", {"prompt": "x", "n": 1000}), 400),
+        (server.post("/v1/completions", raw=b"{" + b" " * (9 << 20) + b"}"), 413),
+        (server.get("/v1/nothing-here"), 404),
+    ]
+    for (status, body), expected in cases:
+        assert status == expected, body
+        err = json.loads(body)["error"]
+        assert err["message"] and err["type"]
+    _, text = server.get("/health")
+    assert server.get("/health")[0] == 200
+
+
+def test_tokenize_detokenize_round_trip(server):
+    status, body = server.post("/tokenize", {"prompt": "Hello world, tqserve!", "add_special_tokens": False})
+    assert status == 200
+    ids = json.loads(body)["tokens"]
+    status, body = server.post("/detokenize", {"tokens": ids})
+    assert json.loads(body)["prompt"] == "Hello world, tqserve!"
+
+
+PROMPTS = [f"{start} {tail}" for start in ["Once upon a time", "The little dog", "In the morning", "My favourite food",
+                                           "The scientist said", "On the moon", "A quiet river", "The old king"]
+           for tail in ["there was", "we saw", "it was", "they found", "she said", "he ran", "it rained", "all day"]]
+
+
+def _stream_text(client, prompt):
+    out = []
+    for c in client.completions.create(model="smollm2", prompt=prompt, max_tokens=16, temperature=0, stream=True):
+        if c.choices:
+            out.append(c.choices[0].text)
+    return "".join(out)
+
+
+def test_64_concurrent_streams_equal_each_request_alone(server, client):
+    assert len(PROMPTS) == 64
+    runs = [client.completions.create(model="smollm2", prompt=p, max_tokens=16, temperature=0) for p in PROMPTS]
+    alone = [r.choices[0].text for r in runs]
+    before = server.metrics()
+    with concurrent.futures.ThreadPoolExecutor(64) as pool:
+        together = list(pool.map(lambda p: _stream_text(client, p), PROMPTS))
+    for p, a, t in zip(PROMPTS, alone, together):
+        assert t == a, f"{p!r}: alone {a!r}, among 63 others {t!r}"
+    m = server.wait_idle()
+    assert m["tqserve:kv_cache_blocks_in_use"] == 0
+    assert m["tqserve:num_requests_running"] == 0
+    assert (m["tqserve:generation_tokens_total"] - before["tqserve:generation_tokens_total"]
+            == sum(r.usage.completion_tokens for r in runs))
+    assert m["tqserve:prefix_cache_queries_total"] > before["tqserve:prefix_cache_queries_total"]
+    assert m["tqserve:time_to_first_token_seconds_count"] >= 64
+
+
+def test_a_client_that_disconnects_frees_its_blocks(server):
+    body = json.dumps({"prompt": "Tell me a very long story.", "max_tokens": 1500, "temperature": 0.8,
+                       "stream": True, "ignore_eos": True}).encode()
+    before = server.metrics()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += sock.recv(4096)
+    assert server.metrics()["tqserve:kv_cache_blocks_in_use"] > 0
+    sock.close()
+    m = server.wait_idle(timeout=30)
+    assert m["tqserve:kv_cache_blocks_in_use"] == 0
+    aborted = m.get('tqserve:request_success_total{finished_reason="abort"}', 0)
+    assert aborted == before.get('tqserve:request_success_total{finished_reason="abort"}', 0) + 1
+    assert m["tqserve:generation_tokens_total"] - before["tqserve:generation_tokens_total"] < 1500
+
+
+def test_metrics_exposition(server):
+    status, text = server.get("/metrics")
+    assert status == 200
+    for name in ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
+                 "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total",
+                 "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_sum",
+                 "e2e_request_latency_seconds_count"]:
+        assert f"tqserve:{name}" in text, name
+    assert f'kv_cache_dtype="{server.mode}"' in text
+
+
+def test_api_key_health_and_queue_limit(smollm2):
+    s = ServerProcess(BINARY, smollm2, "--api-key", "sekret", "--kv-cache-memory", "64MiB", "--max-model-len", "1024",
+                      "--max-num-seqs", "1", "--max-queued-requests", "0", "--served-model-name", "m")
+    try:
+        assert s.get("/health")[0] == 200
+        status, body = s.get("/v1/models")
+        assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
+        bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.models.list()
+        good = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0, timeout=120)
+        assert good.models.list().data[0].id == "m"
+        # One running, none may wait: of several at once, some are turned away with 503.
+        auth = {"Authorization": "Bearer sekret"}
+        body = {"prompt": "Count to one hundred:", "max_tokens": 64, "temperature": 0, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda _: s.post("/v1/completions", body, headers=auth), range(6)))
+        codes = sorted(c for c, _ in results)
+        assert 200 in codes and 503 in codes, codes
+        for code, text in results:
+            if code == 503:
+                assert json.loads(text)["error"]["message"]
+    finally:
+        assert s.stop() == 0
+
+
+def test_refuses_to_start_when_one_request_cannot_fit(tqserve, smollm2):
+    proc = tqserve("serve", smollm2, "--port", "0", "--kv-cache-memory", "8MiB", "--max-model-len", "4096",
+                   check=False, timeout=120)
+    assert proc.returncode == 1
+    assert "--max-model-len 4096 needs" in proc.stderr and "longest context that fits is" in proc.stderr, proc.stderr
