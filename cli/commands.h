@@ -12,5 +12,6 @@ void register_info(CLI::App& app, std::function<int()>& action);
 void register_tokenize(CLI::App& app, std::function<int()>& action);
 void register_eval(CLI::App& app, std::function<int()>& action);
 void register_serve(CLI::App& app, std::function<int()>& action);
+void register_bench(CLI::App& app, std::function<int()>& action);
 
 }  // namespace tq

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tq::register_tokenize(app, action);
   tq::register_eval(app, action);
   tq::register_serve(app, action);
+  tq::register_bench(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev libutf8proc-dev nlohmann-json3-dev
           libcpp-httplib-dev libcli11-dev libopenblas-dev libxxhash-dev libfmt-dev libgtest-dev libgmock-dev libgd-dev libbenchmark-dev fortunes
+          chromium chromium-driver curl
           python3 python3-pip)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -27,6 +28,13 @@ python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('l
 python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
 # The official OpenAI client: the server tests talk to tqserve through it.
 python3 -c "import openai" 2>/dev/null || pip_quiet openai
+# lm-eval (API models only: no torch) in its own environment, for tests/python/test_lm_eval.py.
+if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
+  python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install -q --disable-pip-version-check "lm-eval[api]==0.4.13" \
+    || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
+fi
+# Headless Chromium drives the chat page in tests/python/test_chat_page.py.
+python3 -c "import selenium" 2>/dev/null || pip_quiet selenium
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"

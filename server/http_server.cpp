@@ -79,7 +79,8 @@ void HttpServer::install_routes() {
 
   // Authentication for the API; /health, /metrics and the page stay open.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+    const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                     req.path == "/tokenizer_info";
     if (!ready_ && (api || req.path == "/metrics")) {
       res.set_header("Retry-After", "5");
       send_error(res, ApiError(503, "server_loading", "the model is still loading"));
@@ -130,6 +131,20 @@ void HttpServer::install_routes() {
               {"owned_by", "tqserve"},    {"root", model_.name},         {"max_model_len", model_.max_model_len},
               {"kv_cache_dtype", config_.kv_mode}};
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  // vLLM's tokenizer description (lm-eval's remote tokenizer reads it).
+  s.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    const Tokenizer& tok = *model_.tokenizer;
+    const auto name = [&](const std::optional<TokenId>& id) { return id ? json(tok.token_text(*id)) : json(nullptr); };
+    json info = {{"tokenizer_class", "tqserve"},
+                 {"eos_token", name(tok.special().eos)},
+                 {"bos_token", name(tok.special().bos)},
+                 {"pad_token", name(tok.special().pad)},
+                 {"add_bos_token", tok.special().add_bos},
+                 {"model_max_length", model_.max_model_len},
+                 {"chat_template", model_.chat_template.empty() ? json(nullptr) : json(model_.chat_template)}};
+    res.set_content(dump_json(info), "application/json");
   });
 
   const auto parse_body = [](const httplib::Request& req) {

@@ -235,3 +235,16 @@ def test_refuses_to_start_when_one_request_cannot_fit(tqserve, smollm2):
                    check=False, timeout=120)
     assert proc.returncode == 1
     assert "--max-model-len 4096 needs" in proc.stderr and "longest context that fits is" in proc.stderr, proc.stderr
+
+
+def test_bench_serve_reports_latencies_and_throughput(server, tqserve):
+    proc = tqserve("bench", "serve", "--url", server.url, "--num-prompts", "6", "--concurrency", "3",
+                   "--input-len", "24", "--output-len", "5", "--json", timeout=300)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["completed"] == 6 and r["failed"] == 0 and r["model"] == "smollm2"
+    for key in ("ttft_ms", "tpot_ms", "itl_ms"):
+        assert 0 < r[key]["median"] <= r[key]["p99"], r
+    assert r["output_throughput"] > 0 and r["request_throughput"] > 0
+    assert r["output_throughput"] * r["duration_s"] == pytest.approx(6 * 5)
+    m = server.wait_idle()
+    assert m["tqserve:kv_cache_blocks_in_use"] == 0
