@@ -248,3 +248,31 @@ def test_bench_serve_reports_latencies_and_throughput(server, tqserve):
     assert r["output_throughput"] * r["duration_s"] == pytest.approx(6 * 5)
     m = server.wait_idle()
     assert m["tqserve:kv_cache_blocks_in_use"] == 0
+
+
+def test_chat_logprobs(client):
+    r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+                                       temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-6  # greedy: the best token
+
+
+def test_sigterm_finishes_in_flight_requests(smollm2):
+    import signal as sig
+    s = ServerProcess(BINARY, smollm2, "--kv-cache-memory", "64MiB", "--max-model-len", "1024")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(s.post, "/v1/completions",
+                              {"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0, "ignore_eos": True})
+        deadline = time.time() + 30
+        while s.metrics()["tqserve:num_requests_running"] == 0 and time.time() < deadline:
+            time.sleep(0.02)
+        s.proc.send_signal(sig.SIGTERM)
+        status, body = pending.result(timeout=120)
+    assert status == 200, body
+    assert json.loads(body)["usage"]["completion_tokens"] == 80
+    assert s.proc.wait(60) == 0
+    assert any("finishing in-flight requests" in line for line in s.log)
