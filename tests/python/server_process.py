@@ -10,7 +10,7 @@ import urllib.request
 
 
 class ServerProcess:
-    def __init__(self, binary, *args, startup_timeout=180):
+    def __init__(self, binary, *args, startup_timeout=180, wait_healthy=True):
         self.proc = subprocess.Popen([str(binary), "serve", "--port", "0", *map(str, args)],
                                      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.log = []
@@ -32,6 +32,12 @@ class ServerProcess:
             self.proc.kill()
             raise RuntimeError("tqserve serve did not start:\n" + "".join(self.log))
         self.url = f"http://127.0.0.1:{self.port}"
+        self.startup_timeout = startup_timeout
+        if wait_healthy:
+            self.wait_healthy()
+
+    def wait_healthy(self):
+        startup_timeout = self.startup_timeout
         deadline = time.time() + startup_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -276,3 +276,19 @@ def test_sigterm_finishes_in_flight_requests(smollm2):
     assert json.loads(body)["usage"]["completion_tokens"] == 80
     assert s.proc.wait(60) == 0
     assert any("finishing in-flight requests" in line for line in s.log)
+
+
+def test_health_is_503_while_loading(smollm2):
+    # tq3.5 calibrates its outlier channels (an f32 prefill) before the engine starts: the socket
+    # is open well before the API.
+    s = ServerProcess(BINARY, smollm2, "--kv-cache-dtype", "tq3.5", "--kv-cache-memory", "64MiB",
+                      "--max-model-len", "1024", wait_healthy=False)
+    try:
+        status, _ = s.get("/health")
+        assert status == 503
+        status, body = s.get("/v1/models")
+        assert status == 503 and json.loads(body)["error"]["message"] == "the model is still loading"
+        s.wait_healthy()
+        assert s.get("/health")[0] == 200
+    finally:
+        assert s.stop() == 0
