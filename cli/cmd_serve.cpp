@@ -104,9 +104,7 @@ int run_serve(ServeFlags& f) {
     session->model = std::move(loaded);
     const ModelConfig& c = session->model.config;
     if (!session->model.tokenizer) fail("{}: the model has no tokenizer; the server needs one", session->model.path);
-    session->max_model_len = f.cache.max_model_len > 0 ? f.cache.max_model_len : std::min(c.max_position, 8192);
-    if (session->max_model_len > c.max_position)
-      fail("--max-model-len {} exceeds the model's context length {}", session->max_model_len, c.max_position);
+    session->max_model_len = resolve_max_model_len(f.cache, c);
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
 
     const KvCacheShape shape = cache_shape_for(f.cache, c);

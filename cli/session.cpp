@@ -169,14 +169,18 @@ std::string describe_cache(const KvCache& cache) {
                      double(cache.total_bytes()) / (1 << 20), s.bytes_per_token());
 }
 
+int resolve_max_model_len(const CacheOptions& o, const ModelConfig& c) {
+  const int len = o.max_model_len > 0 ? o.max_model_len : std::min(c.max_position, 8192);
+  if (len > c.max_position) fail("--max-model-len {} exceeds the model's context length {}", len, c.max_position);
+  return len;
+}
+
 std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions& co) {
   auto session = std::make_unique<Session>();
   Session& s = *session;
   s.model = load_model_for_cli(mo);
   const ModelConfig& c = s.model.config;
-  s.max_model_len = co.max_model_len > 0 ? co.max_model_len : std::min(c.max_position, 8192);
-  if (s.max_model_len > c.max_position)
-    fail("--max-model-len {} exceeds the model's context length {}", s.max_model_len, c.max_position);
+  s.max_model_len = resolve_max_model_len(co, c);
   const KvCacheShape shape = cache_shape_for(co, c);
   const int blocks = (s.max_model_len + co.block_size - 1) / co.block_size;
   s.transformer = std::make_unique<Transformer>(s.model.config, s.model.weights);

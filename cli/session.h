@@ -53,6 +53,9 @@ std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& s
                                     Transformer& model, const Tokenizer* tokenizer,
                                     std::optional<KvCalibration>* reuse = nullptr);
 
+// --max-model-len, or the model's context capped at 8192; fails when it exceeds the model's.
+int resolve_max_model_len(const CacheOptions& o, const ModelConfig& c);
+
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);
 

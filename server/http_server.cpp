@@ -215,13 +215,11 @@ void HttpServer::install_routes() {
     const auto release = [job](bool) { job->abort_unfinished(); };
     const auto provider = [job, builder, stream](size_t, httplib::DataSink& sink) {
       std::optional<ApiError> failure;
-      bool wrote_space = false;
       while (!job->all_finished()) {
         const auto outputs = job->wait(std::chrono::milliseconds(1000));
         if (outputs.empty()) {
           // Nothing new for a second: probe the connection so a vanished client is noticed.
           if (!write_all(sink, stream ? std::string(": keep-alive\n\n") : std::string(" "))) return false;
-          wrote_space = true;
           continue;
         }
         for (const auto& [choice, out] : outputs) {
@@ -235,7 +233,6 @@ void HttpServer::install_routes() {
             if (!write_all(sink, "data: " + chunk + "\n\n")) return false;
         }
       }
-      (void)wrote_space;
       if (stream) {
         if (failure) {
           if (!write_all(sink, "data: " + dump_json(failure->to_json()) + "\n\n")) return false;

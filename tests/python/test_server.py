@@ -131,7 +131,6 @@ def test_raw_http_errors_are_openai_shaped(server):
         assert status == expected, body
         err = json.loads(body)["error"]
         assert err["message"] and err["type"]
-    _, text = server.get("/health")
     assert server.get("/health")[0] == 200
 
 
