@@ -248,8 +248,9 @@ int run_bench_serve(const BenchServeFlags& f) {
 }  // namespace
 
 void register_bench(CLI::App& app, std::function<int()>& action) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks against a running server");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: a running server (serve), one sequence's decode (decode)");
   bench->require_subcommand(1);
+  add_bench_decode(bench, action);
   auto f = std::make_shared<BenchServeFlags>();
   CLI::App* serve = bench->add_subcommand("serve", "load an OpenAI-compatible server (as `vllm bench serve`)");
   serve->add_option("--url", f->url, "server base URL")->capture_default_str();

@@ -194,11 +194,24 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--max-request-body", f->server.max_body_bytes, "largest request body in bytes (413 above)")
-      ->capture_default_str();
-  cmd->add_option("--max-connections", f->server.max_connections, "HTTP worker threads")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--request-timeout", f->server.read_timeout_seconds, "seconds to wait for a request to arrive")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(1), size_t(1) << 40));
+  cmd->add_option("--max-header-bytes", f->server.max_header_bytes,
+                  "largest request line + headers in bytes (431 above; one header line is at most 8192 bytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(1024), size_t(1) << 24));
+  cmd->add_option("--max-connections", f->server.max_connections,
+                  "connections served at once (one worker thread each); more get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--request-timeout", f->server.read_timeout_seconds,
+                  "seconds for a whole request (line, headers, body) to arrive; 408 and the connection closes after")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-tokens-limit", f->server.limits.max_tokens,
+                  "most completion tokens one request may ask for (0: only the context length limits)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
 }
 

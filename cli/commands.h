@@ -13,5 +13,7 @@ void register_tokenize(CLI::App& app, std::function<int()>& action);
 void register_eval(CLI::App& app, std::function<int()>& action);
 void register_serve(CLI::App& app, std::function<int()>& action);
 void register_bench(CLI::App& app, std::function<int()>& action);
+// `tqserve bench decode` (cmd_bench_decode.cpp), added to the bench command by register_bench.
+void add_bench_decode(CLI::App* bench, std::function<int()>& action);
 
 }  // namespace tq

@@ -17,9 +17,9 @@ namespace tq {
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF file or Hugging Face model folder (default: bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-t,--threads", o.threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_flag("--keep-quantized-weights", o.keep_quantized,
-                "keep Q4_0/Q4_1/Q8_0 weights in their blocks, multiplied with 8-bit activations as llama.cpp "
-                "does (less memory; default: fp32 weights, exact float maths)");
+  cmd->add_flag("--dequantize-weights", o.dequantize_weights,
+                "convert every weight to fp32 at load: the exact float maths of transformers over the dequantized "
+                "tensors (default: weights stay as stored, multiplied with 8-bit activations as llama.cpp does)");
 }
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {
@@ -80,7 +80,7 @@ LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {
   };
   LoadOptions options;
   options.with_weights = with_weights;
-  options.keep_quantized = o.keep_quantized;
+  options.dequantize_weights = o.dequantize_weights;
   LoadedModel m = load_model(path, options, progress);
   if (last_percent >= 0) std::fprintf(stderr, "\n");
   return m;

@@ -17,7 +17,7 @@ namespace tq {
 struct ModelOptions {
   std::string model;  // empty: the bundled default model
   int threads = 0;    // 0: all cores
-  bool keep_quantized = false;
+  bool dequantize_weights = false;
 };
 
 struct CacheOptions {

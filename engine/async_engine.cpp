@@ -1,6 +1,10 @@
 #include "engine/async_engine.h"
 
+#include <chrono>
 #include <cstdio>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "errors/error.h"
 
@@ -99,6 +103,7 @@ void AsyncEngine::loop() {
     }
     for (uint64_t id : aborts)
       if (core_.abort_request(id)) end_request(id, FinishReason::abort, "aborted");
+    const bool busy = !inbox.empty() || !aborts.empty() || core_.has_work();
     if (core_.has_work()) {
       try {
         for (const RequestOutput& out : core_.step()) deliver(out);
@@ -111,10 +116,32 @@ void AsyncEngine::loop() {
         }
       }
     }
+    if (busy && !core_.has_work()) {
+      // Idle now: with no request left every block must be free and the prefix cache sound.
+      ++consistency_checks_;
+      try {
+        core_.check_consistency();
+      } catch (const std::exception& e) {
+        ++consistency_failures_;
+        std::fprintf(stderr, "engine consistency check failed: %s\n", e.what());
+      }
+#if defined(__GLIBC__)
+      // glibc keeps what a burst of requests freed in its arenas (one per thread, up to 8 per
+      // core): give it back to the system, at most once a second, so the idle server's RSS is
+      // what it holds, not its past peak (scripts/soak.py checks that RSS stays flat).
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_trim_ >= std::chrono::seconds(1)) {
+        malloc_trim(0);
+        last_trim_ = now;
+      }
+#endif
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       unfinished_ -= finished;
       stats_ = core_.stats();
+      stats_.consistency_checks = consistency_checks_;
+      stats_.consistency_failures = consistency_failures_;
       if (unfinished_ == 0) idle_.notify_all();
       if (stopping && !core_.has_work() && inbox_.empty()) return;
     }

@@ -4,6 +4,7 @@
 // must be quick: it hands the output to the waiting HTTP thread.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,7 +36,9 @@ class AsyncEngine {
 
   // A fresh id for a request.
   uint64_t next_id() { return next_id_.fetch_add(1); }
-  // Counters as of the last step.
+  // Counters as of the last step. Whenever the engine falls idle (no request left) it checks
+  // the block pool and prefix cache (EngineCore::check_consistency); the counts of checks and
+  // failures are in consistency_checks / consistency_failures (a failure is logged to stderr).
   EngineStats stats() const;
   // Requests submitted and not yet finished.
   int num_unfinished() const;
@@ -56,6 +59,8 @@ class AsyncEngine {
   int unfinished_ = 0;
   bool stopping_ = false;
   EngineStats stats_;
+  uint64_t consistency_checks_ = 0, consistency_failures_ = 0;  // engine thread only
+  std::chrono::steady_clock::time_point last_trim_{};             // engine thread only
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
 };

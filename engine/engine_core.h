@@ -34,6 +34,9 @@ struct EngineStats {
   uint64_t generation_tokens = 0;  // sampled tokens
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  // Filled by AsyncEngine, which runs check_consistency() whenever the engine falls idle.
+  uint64_t consistency_checks = 0;
+  uint64_t consistency_failures = 0;
 };
 
 class EngineCore {

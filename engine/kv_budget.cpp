@@ -69,7 +69,9 @@ std::unique_ptr<KvCache> allocate_kv_cache(const KvSizing& s, const std::functio
   int blocks = static_cast<int>(std::min<size_t>(budget_blocks, size_t(1) << 30));
   for (;;) {
     try {
-      return make(blocks);
+      std::unique_ptr<KvCache> cache = make(blocks);
+      cache->prefault();  // resident from the start: no growth under load, no late OOM
+      return cache;
     } catch (const KvAllocationError& e) {
       if (log) log->push_back(fmt::format("{}; retrying with {} blocks", e.what(), std::max(blocks / 2, min_blocks)));
       if (blocks == min_blocks) too_small(s, size_t(blocks) * s.bytes_per_block, "could not be allocated");

@@ -33,8 +33,9 @@ struct KvSizing {
 int min_blocks_for(const KvSizing& s);
 
 // Builds the cache with make(blocks): blocks = budget / bytes_per_block, halved on
-// KvAllocationError down to min_blocks_for(s). Throws tq::Error when the budget or the memory
-// cannot hold one request. log (optional) receives a line per failed attempt.
+// KvAllocationError down to min_blocks_for(s), then writes the whole cache (KvCache::prefault).
+// Throws tq::Error when the budget or the memory cannot hold one request. log (optional)
+// receives a line per failed attempt.
 std::unique_ptr<KvCache> allocate_kv_cache(const KvSizing& s, const std::function<std::unique_ptr<KvCache>(int)>& make,
                                            std::vector<std::string>* log = nullptr);
 

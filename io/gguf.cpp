@@ -359,8 +359,23 @@ GgufFile GgufFile::open(const std::string& path) {
            path, p.view.name, p.offset, p.view.nbytes, data_start, file_size);
     }
     p.view.data = base + data_start + p.offset;
-    gguf.tensors_.push_back(std::move(p.view));
   }
+  // No two tensors may share bytes (llama.cpp requires them packed in order; a file whose
+  // offsets overlap is corrupt, and a write through one view would change another).
+  std::vector<const PendingTensor*> by_offset;
+  by_offset.reserve(pending.size());
+  for (const PendingTensor& p : pending) by_offset.push_back(&p);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const PendingTensor* a, const PendingTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const PendingTensor& prev = *by_offset[i - 1];
+    const PendingTensor& next = *by_offset[i];
+    if (next.offset < prev.offset + prev.view.nbytes) {
+      fail("{}: tensor '{}' data [{}, {}) overlaps tensor '{}' data [{}, {})", path, next.view.name, next.offset,
+           next.offset + next.view.nbytes, prev.view.name, prev.offset, prev.offset + prev.view.nbytes);
+    }
+  }
+  for (PendingTensor& p : pending) gguf.tensors_.push_back(std::move(p.view));
   return gguf;
 }
 

@@ -188,6 +188,20 @@ void SafetensorsSet::add_file(const std::string& path) {
     views.push_back(std::move(view));
   }
 
+  // No two tensors may share bytes (the safetensors library refuses such files too).
+  std::vector<const TensorView*> by_offset;
+  for (const TensorView& v : views)
+    if (v.nbytes > 0) by_offset.push_back(&v);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorView& prev = *by_offset[i - 1];
+    const TensorView& next = *by_offset[i];
+    if (next.data < prev.data + prev.nbytes) {
+      fail("{}: tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", path, next.name, next.data - data,
+           next.data - data + next.nbytes, prev.name, prev.data - data, prev.data - data + prev.nbytes);
+    }
+  }
+
   for (TensorView& view : views) {
     auto existing = tensor_file_.find(view.name);
     if (existing != tensor_file_.end()) {

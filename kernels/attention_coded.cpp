@@ -20,7 +20,11 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxGroup = 64;  // query heads per KV head
 
+int kv_head_end(const CodedAttentionArgs& a) { return a.kv_head_end < 0 ? a.n_kv_heads : a.kv_head_end; }
+
 void check_args(const CodedAttentionArgs& a) {
+  if (a.kv_head_begin < 0 || a.kv_head_begin > kv_head_end(a) || kv_head_end(a) > a.n_kv_heads)
+    fail("coded attention: KV head range [{}, {}) is not within 0..{}", a.kv_head_begin, kv_head_end(a), a.n_kv_heads);
   if (a.n_q_heads <= 0 || a.n_kv_heads <= 0 || a.n_q_heads % a.n_kv_heads != 0) {
     fail("coded attention: n_q_heads ({}) must be a positive multiple of n_kv_heads ({})", a.n_q_heads,
          a.n_kv_heads);
@@ -78,7 +82,7 @@ void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
   float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
   float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
-  for (int g = 0; g < a.n_kv_heads; ++g) {
+  for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
@@ -159,7 +163,7 @@ TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
   alignas(32) float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
   float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
-  for (int g = 0; g < a.n_kv_heads; ++g) {
+  for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
@@ -227,6 +231,25 @@ TQ_EXACT inline void transpose8(const float (*rows)[kMaxHeadDim], int c, float (
   _mm256_store_ps(out[c + 7], _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
+// Scores of 8 positions (k_cols: [d][8], transposed K rows) for H query heads at once
+// (q: [H, d]) into score[i][h0 + u]. Each head's lanes sum over j in order, as the plain loop
+// does; running the H heads' sums side by side only hides the add latency.
+template <int H>
+TQ_EXACT inline void scores8(const float* q, int d, const float (*k_cols)[8], __m256 scale, int h0,
+                             float (*score)[kMaxGroup]) {
+  __m256 dot[H];
+  for (int u = 0; u < H; ++u) dot[u] = _mm256_setzero_ps();
+  for (int j = 0; j < d; ++j) {
+    const __m256 k = _mm256_load_ps(k_cols[j]);
+    for (int u = 0; u < H; ++u) dot[u] = _mm256_add_ps(dot[u], _mm256_mul_ps(_mm256_set1_ps(q[size_t(u) * d + j]), k));
+  }
+  alignas(32) float lanes[8];
+  for (int u = 0; u < H; ++u) {
+    _mm256_store_ps(lanes, _mm256_mul_ps(dot[u], scale));
+    for (int i = 0; i < 8; ++i) score[i][h0 + u] = lanes[i];
+  }
+}
+
 // d % 8 == 0.
 TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
   const int d = a.head_dim;
@@ -234,12 +257,11 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
   alignas(32) float k_rows[8][kMaxHeadDim];
   alignas(32) float k_cols[kMaxHeadDim][8];
   alignas(32) float v_row[kMaxHeadDim];
-  alignas(32) float lanes[8];
   float running_max[kMaxGroup], running_sum[kMaxGroup];
   float score[8][kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   const __m256 scale = _mm256_set1_ps(a.scale);
-  for (int g = 0; g < a.n_kv_heads; ++g) {
+  for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
@@ -251,13 +273,13 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
       }
       if (n == 8) {
         for (int c = 0; c < d; c += 8) transpose8(k_rows, c, k_cols);
-        for (int h = 0; h < group; ++h) {
-          const float* q = q_group + size_t(h) * d;
-          __m256 dot = _mm256_setzero_ps();
-          for (int j = 0; j < d; ++j)
-            dot = _mm256_add_ps(dot, _mm256_mul_ps(_mm256_set1_ps(q[j]), _mm256_load_ps(k_cols[j])));
-          _mm256_store_ps(lanes, _mm256_mul_ps(dot, scale));
-          for (int i = 0; i < 8; ++i) score[i][h] = lanes[i];
+        for (int h = 0; h < group; h += 4) {
+          switch (std::min(4, group - h)) {
+            case 4: scores8<4>(q_group + size_t(h) * d, d, k_cols, scale, h, score); break;
+            case 3: scores8<3>(q_group + size_t(h) * d, d, k_cols, scale, h, score); break;
+            case 2: scores8<2>(q_group + size_t(h) * d, d, k_cols, scale, h, score); break;
+            default: scores8<1>(q_group + size_t(h) * d, d, k_cols, scale, h, score); break;
+          }
         }
       } else {
         for (int i = 0; i < n; ++i)

@@ -45,6 +45,11 @@ struct CodedAttentionArgs {
   int exact_from = -1;
   const float* exact_k = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
   const float* exact_v = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
+  // Only KV heads [kv_head_begin, kv_head_end) (and their query heads) are computed; the rest of
+  // `out` is left alone. kv_head_end < 0: up to n_kv_heads. Each head's arithmetic is the same
+  // whatever the range, so callers may split heads across threads without changing a result.
+  int kv_head_begin = 0;
+  int kv_head_end = -1;
 };
 
 // The best kernel for this CPU (runtime dispatch: AVX2+FMA+F16C when available, else scalar).

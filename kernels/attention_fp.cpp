@@ -30,6 +30,8 @@ void paged_attention_fp(const FpAttentionArgs& a) {
   c.v = coded(a.v);
   c.scale = a.scale;
   c.out = a.out;
+  c.kv_head_begin = a.kv_head_begin;
+  c.kv_head_end = a.kv_head_end;
   paged_attention_coded_scalar_fast_decode(c);
 }
 

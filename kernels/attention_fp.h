@@ -31,6 +31,8 @@ struct FpAttentionArgs {
   PagedRows k, v;
   float scale = 1.0f;  // 1/sqrt(head_dim)
   float* out = nullptr;  // [n_q_heads, head_dim]
+  int kv_head_begin = 0;  // compute KV heads [kv_head_begin, kv_head_end) only, as in
+  int kv_head_end = -1;   // CodedAttentionArgs (-1: all)
 };
 
 void paged_attention_fp(const FpAttentionArgs& args);

@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <atomic>
+#include <cstring>
 #include <new>
 
 #include <fmt/format.h>
@@ -127,6 +128,11 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
     throw KvAllocationError(fmt::format("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks,
                                         double(k_bytes_ + v_bytes_) / (1 << 20)));
   }
+}
+
+void KvCache::prefault() {
+  std::memset(k_arena_.get(), 0, k_bytes_);
+  std::memset(v_arena_.get(), 0, v_bytes_);
 }
 
 bool KvCache::reserve(BlockTable& table, int num_tokens) {

@@ -87,6 +87,11 @@ class KvCache {
   int num_blocks() const { return num_blocks_; }
   BlockAllocator& allocator() { return allocator_; }
   size_t total_bytes() const { return k_bytes_ + v_bytes_; }
+  // Writes every page of the arenas (zeros) so the whole cache is resident now. The arenas come
+  // from the allocator untouched, so without this the process grows page by page as blocks are
+  // first used under load (and an over-committed budget fails late, by the OOM killer, instead
+  // of at startup). The server calls it once after sizing the cache (engine/kv_budget.h).
+  void prefault();
 
   // Grow `table` so it can hold `num_tokens` tokens. False (table unchanged) when the pool is
   // out of blocks.

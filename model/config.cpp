@@ -54,6 +54,22 @@ int json_int(const nlohmann::json& cfg, const char* key, const std::string& path
   return static_cast<int>(v);
 }
 
+// Optional values: absent or null gives `fallback`; another type names the key.
+double json_number_or(const nlohmann::json& cfg, const char* key, double fallback, const std::string& path) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+  if (!cfg[key].is_number()) fail("{}: '{}' must be a number, not {}", path, key, cfg[key].dump());
+  return cfg[key].get<double>();
+}
+int json_int_or(const nlohmann::json& cfg, const char* key, int fallback, const std::string& path) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+  return json_int(cfg, key, path);
+}
+bool json_bool_or(const nlohmann::json& cfg, const char* key, bool fallback, const std::string& path) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+  if (!cfg[key].is_boolean()) fail("{}: '{}' must be true or false, not {}", path, key, cfg[key].dump());
+  return cfg[key].get<bool>();
+}
+
 int gguf_int(const GgufFile& g, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
   const int64_t v = fallback ? g.get_int_or(key, *fallback) : g.get_int(key);
   if (v < 0 || v > (1 << 30)) fail("{}: '{}' = {} is out of range", g.path(), key, v);
@@ -145,10 +161,10 @@ ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& 
   c.head_dim = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? json_int(cfg, "head_dim", path)
                                                                        : (c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.intermediate_size = json_int(cfg, "intermediate_size", path);
-  c.max_position = cfg.value("max_position_embeddings", 2048);
-  c.rope_theta = cfg.value("rope_theta", 10000.0);
-  c.rms_norm_eps = cfg.value("rms_norm_eps", 1e-6f);
-  c.tie_word_embeddings = cfg.value("tie_word_embeddings", false);
+  c.max_position = json_int_or(cfg, "max_position_embeddings", 2048, path);
+  c.rope_theta = json_number_or(cfg, "rope_theta", 10000.0, path);
+  c.rms_norm_eps = static_cast<float>(json_number_or(cfg, "rms_norm_eps", 1e-6, path));
+  c.tie_word_embeddings = json_bool_or(cfg, "tie_word_embeddings", false, path);
   c.rope_scaling = rope_scaling_from_hf(cfg, path);
   c.rope_pairing = RopePairing::Half;
   c.validate(path);

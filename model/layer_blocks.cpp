@@ -57,18 +57,23 @@ Args attention_args(const LayerContext& c, int t, const float* q, float scale, f
   return a;
 }
 
-// Full-precision K and V: the FP kernel, exactly as before quantized pages existed.
+// Full-precision K and V: the FP kernel, exactly as before quantized pages existed. Work items
+// are (token, KV head) pairs so that a single decoding sequence still uses every thread; a
+// head's arithmetic does not depend on which thread runs it.
 void attend_fp(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
-  const int T = c.batch.size();
+  const int T = c.batch.size(), n_kv = m.num_kv_heads;
   const int64_t q_dim = int64_t{m.num_heads} * m.head_dim;
   const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
-#pragma omp parallel for schedule(dynamic) if (T > 1)
-  for (int t = 0; t < T; ++t) {
+#pragma omp parallel for schedule(dynamic) if (T * n_kv > 1)
+  for (int item = 0; item < T * n_kv; ++item) {
+    const int t = item / n_kv, g = item % n_kv;
     FpAttentionArgs a =
         attention_args<FpAttentionArgs>(c, t, c.buf.q.data() + t * q_dim, scale, c.buf.attn.data() + t * q_dim);
     a.k = k_pages;
     a.v = v_pages;
+    a.kv_head_begin = g;
+    a.kv_head_end = g + 1;
     paged_attention_fp(a);
   }
 }
@@ -92,12 +97,14 @@ void attend_coded(LayerContext& c, float scale) {
         vc.exact_storage_row(c.buf.v.data() + t * kv_dim + g * d, g, c.buf.v_exact.data() + t * kv_dim + g * d);
       }
   }
-#pragma omp parallel for schedule(dynamic) if (T > 1)
-  for (int t = 0; t < T; ++t) {
+  const int n_kv = m.num_kv_heads;
+#pragma omp parallel for schedule(dynamic) if (T * n_kv > 1)
+  for (int item = 0; item < T * n_kv; ++item) {  // (token, KV head) pairs, as in attend_fp
+    const int t = item / n_kv, g = item % n_kv;
     float* q_store = c.buf.q_store.data() + t * q_dim;
     float* out_store = c.buf.attn_store.data() + t * q_dim;
-    for (int h = 0; h < m.num_heads; ++h)
-      kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, h / group, q_store + h * d);
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, g, q_store + h * d);
     CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, q_store, scale, out_store);
     a.k = k_pages;
     a.v = v_pages;
@@ -111,9 +118,11 @@ void attend_coded(LayerContext& c, float scale) {
       a.exact_k = c.buf.k_exact.data() + first * kv_dim;
       a.exact_v = c.buf.v_exact.data() + first * kv_dim;
     }
+    a.kv_head_begin = g;
+    a.kv_head_end = g + 1;
     paged_attention_coded(a);
-    for (int h = 0; h < m.num_heads; ++h)
-      vc.output_from_storage(out_store + h * d, h / group, c.buf.attn.data() + t * q_dim + h * d);
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      vc.output_from_storage(out_store + h * d, g, c.buf.attn.data() + t * q_dim + h * d);
   }
 }
 

@@ -13,7 +13,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kernels/dequantize.h"
-#include "kernels/quantized_matmul.h"
+#include "kernels/stored_matmul.h"
 
 namespace tq {
 namespace {
@@ -86,7 +86,7 @@ class TensorReader {
         file_(std::move(file)),
         out_(out),
         total_(total_tensors),
-        keep_blocks_(options.keep_quantized),
+        keep_stored_(!options.dequantize_weights),
         progress_(progress) {}
 
   bool has(const std::string& name) const { return find_(name) != nullptr; }
@@ -108,7 +108,7 @@ class TensorReader {
 
  private:
   // Reads a tensor as fp32 into `values`, or, when `packed` is given and the type has a
-  // quantized kernel, copies its blocks into `packed`. Returns the dtype kept.
+  // stored-weight kernel, copies its bytes into `packed`. Returns the dtype kept.
   DType read_into(const std::string& name, const std::vector<int64_t>& dims, std::vector<float>* values,
                   std::vector<uint8_t>* packed) {
     const TensorView* t = find_(name);
@@ -124,7 +124,7 @@ class TensorReader {
     if (row_bytes * rows != t->nbytes) fail("{}: tensor '{}' byte size does not match its shape", file_, name);
     count_tensor(*t, out_);
     DType kept = DType::F32;
-    if (packed && keep_blocks_ && has_quantized_linear(t->dtype)) {
+    if (packed && keep_stored_ && has_stored_linear(t->dtype)) {
       packed->assign(t->data, t->data + t->nbytes);
       kept = t->dtype;
     } else {
@@ -145,7 +145,7 @@ class TensorReader {
   std::string file_;
   LoadedModel& out_;
   size_t total_;
-  bool keep_blocks_;
+  bool keep_stored_;
   size_t done_ = 0;
   const LoadProgress& progress_;
 };
@@ -155,6 +155,11 @@ void load_weights(TensorReader& r, const TensorNaming& names, LoadedModel& m) {
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim,
                 kv_dim = int64_t{c.num_kv_heads} * c.head_dim, ffn = c.intermediate_size;
   ModelWeights& w = m.weights;
+  // Before sizing the layer list by the config's count: the last layer must exist (a corrupt
+  // count of 2^30 layers is a missing tensor, not a huge allocation).
+  if (c.num_layers > 0 && !r.has(names.layer(c.num_layers - 1, "attn_norm")))
+    fail("{}: tensor '{}' is missing (the config says {} layers)", m.path, names.layer(c.num_layers - 1, "attn_norm"),
+         c.num_layers);
   w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
@@ -200,8 +205,16 @@ void add_stop_ids(LoadedModel& m, const std::vector<TokenId>& ids) {
       m.stop_ids.push_back(id);
 }
 
+// A tokenizer that can produce ids past the embedding's rows would index outside the weights.
+void check_tokenizer_fits(const LoadedModel& m, const std::string& source) {
+  if (m.tokenizer && m.tokenizer->vocab_size() > m.config.vocab_size)
+    fail("{}: the tokenizer has {} tokens but the model's vocabulary (embedding rows) has only {}", source,
+         m.tokenizer->vocab_size(), m.config.vocab_size);
+}
+
 void add_tokenizer_stop_ids(LoadedModel& m) {
   if (!m.tokenizer) return;
+  check_tokenizer_fits(m, m.path);
   const SpecialTokens& s = m.tokenizer->special();
   if (s.eos) add_stop_ids(m, {*s.eos});
   add_stop_ids(m, s.eot_ids);

@@ -32,10 +32,11 @@ using LoadProgress = std::function<void(double)>;
 
 struct LoadOptions {
   bool with_weights = true;  // false: config, tokenizer and chat template only (for `tokenize`)
-  // Keep Q4_0/Q4_1/Q8_0 matrices in their blocks and multiply them with 8-bit activations as
-  // llama.cpp does (less memory). Off: every weight becomes fp32 at load and the maths is the
-  // exact float maths transformers runs over the dequantized tensors.
-  bool keep_quantized = false;
+  // Off (the default): matrices stored as F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K stay
+  // in that format and are multiplied as stored (kernels/stored_matmul.h), so a loaded model
+  // takes about its file size. On: every weight becomes fp32 at load and the maths is the exact
+  // float maths transformers runs over the dequantized tensors (4-8x the memory, slower decode).
+  bool dequantize_weights = false;
 };
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options = {}, const LoadProgress& progress = nullptr);

@@ -4,7 +4,7 @@
 
 #include "kernels/dequantize.h"
 #include "kernels/matmul.h"
-#include "kernels/quantized_matmul.h"
+#include "kernels/stored_matmul.h"
 
 namespace tq {
 
@@ -12,7 +12,7 @@ void apply_linear(const LinearWeights& lw, const float* x, int64_t n, float* y) 
   if (lw.dtype == DType::F32) {
     linear(x, n, lw.in, lw.w.data(), lw.out, lw.bias_or_null(), y);
   } else {
-    linear_quantized(x, n, lw.in, lw.dtype, lw.packed.data(), lw.out, lw.bias_or_null(), y);
+    linear_stored(x, n, lw.in, lw.dtype, lw.packed.data(), lw.out, lw.bias_or_null(), y);
   }
 }
 

@@ -1,6 +1,6 @@
-// The weights of a decoder-only transformer. Matrices stored as Q4_0 / Q4_1 / Q8_0 stay in
-// that block format and are multiplied as ggml does (kernels/quantized_matmul.h); every other
-// type is converted to fp32 at load (K-quant kernels come with the performance work).
+// The weights of a decoder-only transformer. Matrices stay in the format the file stores them
+// in when kernels/stored_matmul.h multiplies that format (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+// Q5_K, Q6_K); F32 and any other type are fp32 in memory.
 #pragma once
 #include <cstdint>
 #include <vector>

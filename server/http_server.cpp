@@ -3,13 +3,18 @@
 #include <httplib.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 
 #include "engine/chat_prompt.h"
 #include "errors/error.h"
 #include "server/chat_page.h"
 #include "server/completion_job.h"
+#include "server/http_guard.h"
 #include "server/openai_response.h"
 
 namespace tq {
@@ -35,14 +40,54 @@ void send_error(httplib::Response& res, const ApiError& e) {
 // Writes everything or reports the client gone.
 bool write_all(httplib::DataSink& sink, const std::string& s) { return sink.write(s.data(), s.size()); }
 
+// The routes and their methods: a known path with another method is 405, not 404.
+const std::map<std::string, std::string> kRouteMethods = {
+    {"/", "GET"},           {"/health", "GET"},        {"/metrics", "GET"},
+    {"/v1/models", "GET"},  {"/tokenizer_info", "GET"}, {"/tokenize", "POST"},
+    {"/detokenize", "POST"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+};
+
+bool has_body(const httplib::Request& req) {
+  return std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0 ||
+         req.has_header("Transfer-Encoding");
+}
+
+// JSON bodies only: application/json (or any application/...+json), or no Content-Type at all
+// (what vLLM's FastAPI accepts). A form or text body is refused by name instead of failing as
+// "not JSON".
+void check_content_type(const httplib::Request& req) {
+  std::string type = req.get_header_value("Content-Type");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (type.empty() || type == "application/json") return;
+  if (type.rfind("application/", 0) == 0 && type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0) return;
+  throw bad_request(fmt::format("Content-Type '{}' is not supported: send the body as application/json",
+                                req.get_header_value("Content-Type")));
+}
+
+std::string truncate_message(std::string m, size_t max = 300) {
+  if (m.size() > max) m = m.substr(0, max) + "...";
+  return m;
+}
+
 }  // namespace
 
-HttpServer::HttpServer(ServerConfig config) : config_(std::move(config)), http_(std::make_unique<httplib::Server>()) {
+namespace {
+HttpGuardLimits guard_limits(const ServerConfig& c) {
+  HttpGuardLimits l;
+  l.max_connections = c.max_connections;
+  l.request_timeout_seconds = c.read_timeout_seconds;
+  l.max_header_bytes = c.max_header_bytes;
+  l.max_body_bytes = c.max_body_bytes;
+  return l;
+}
+}  // namespace
+
+HttpServer::HttpServer(ServerConfig config)
+    : config_(std::move(config)),
+      http_(std::make_unique<GuardedHttpServer>(guard_limits(config_), [this] { metrics_.count_http(503); })) {
   started_ = unix_now();
-  const int workers = std::max(8, config_.max_connections);
-  http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  http_->set_payload_max_length(config_.max_body_bytes);
-  http_->set_read_timeout(config_.read_timeout_seconds, 0);
   http_->set_keep_alive_max_count(1000);
   install_routes();
 }
@@ -50,6 +95,17 @@ HttpServer::HttpServer(ServerConfig config) : config_(std::move(config)), http_(
 HttpServer::~HttpServer() = default;
 
 bool HttpServer::bind() {
+  // httplib 0.11.4 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed in the .so): a
+  // burst of connects (the soak's 200 clients, or 500 at once) overflowed the accept queue and
+  // clients saw SYN retries of seconds, then resets. The listening socket is kept here to raise
+  // the backlog after the bind. And only SO_REUSEADDR: httplib's default also sets SO_REUSEPORT,
+  // with which a second server on the same port started fine and took half the connections.
+  socket_t listening = INVALID_SOCKET;
+  http_->set_socket_options([&listening](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+    listening = sock;
+  });
   if (config_.port == 0) {
     port_ = http_->bind_to_any_port(config_.host.c_str());
   } else {
@@ -60,6 +116,7 @@ bool HttpServer::bind() {
                  config_.host.c_str(), config_.port);
     return false;
   }
+  if (listening != INVALID_SOCKET) ::listen(listening, SOMAXCONN);
   return true;
 }
 
@@ -79,31 +136,68 @@ void HttpServer::install_routes() {
 
   // Authentication for the API; /health, /metrics and the page stay open.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    GuardedHttpServer::headers_received(req);
+    const auto handled = [&] {
+      // Answered without reading the body: the connection cannot carry another request.
+      if (has_body(req)) {
+        res.set_header("Connection", "close");
+        GuardedHttpServer::close_after_response();
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    };
     const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
                      req.path == "/tokenizer_info";
     if (!ready_ && (api || req.path == "/metrics")) {
       res.set_header("Retry-After", "5");
       send_error(res, ApiError(503, "server_loading", "the model is still loading"));
-      return httplib::Server::HandlerResponse::Handled;
+      return handled();
     }
     if (config_.api_key.empty() || !api) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + config_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401, "authentication_error",
                              req.has_header("Authorization") ? "invalid API key" : "missing API key (Authorization: Bearer ...)"));
-    return httplib::Server::HandlerResponse::Handled;
+    return handled();
   });
-  // Errors httplib raises itself (no route, body too large, bad request line) get a JSON body.
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+  // Errors httplib raises itself (no route, body too large, bad request line) and those of the
+  // connection guard (timeout, header and body limits) get a JSON body that names the problem.
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler's own error
     std::string message;
     std::string type = "invalid_request_error";
-    switch (res.status) {
-      case 404: message = fmt::format("no route {} {}", req.method, req.path), type = "not_found_error"; break;
-      case 413: message = "the request body is too large"; break;
-      case 405: message = fmt::format("method {} is not allowed on {}", req.method, req.path); break;
-      default: message = fmt::format("HTTP error {}", res.status);
+    const ReadFault fault = GuardedHttpServer::fault();
+    if (fault == ReadFault::timeout) {
+      res.status = 408;
+      message = fmt::format("the request did not arrive within {} seconds (--request-timeout); closing the connection",
+                            config_.read_timeout_seconds);
+    } else if (fault == ReadFault::headers_too_large) {
+      res.status = 431;
+      message = fmt::format("the request line and headers exceed {} bytes (--max-header-bytes)", config_.max_header_bytes);
+    } else if (fault == ReadFault::body_too_large || res.status == 413) {
+      res.status = 413;
+      message = fmt::format("the request body exceeds {} bytes (--max-request-body)", config_.max_body_bytes);
+    } else if (res.status == 414) {
+      message = fmt::format("the request URI is longer than {} bytes", GuardedHttpServer::kHttplibUriMax);
+    } else if (res.status == 400 && !GuardedHttpServer::headers_complete()) {
+      if (GuardedHttpServer::longest_header_line() > GuardedHttpServer::kHttplibHeaderLineMax) {
+        res.status = 431;
+        message = fmt::format("a request header line is longer than {} bytes", GuardedHttpServer::kHttplibHeaderLineMax);
+      } else {
+        message = "malformed HTTP request line or headers";
+      }
+    } else if (res.status == 400) {
+      message = "the request body could not be read (truncated, or bad chunked encoding)";
+    } else if (res.status == 404 && kRouteMethods.count(req.path)) {
+      res.status = 405;
+      res.set_header("Allow", kRouteMethods.at(req.path));
+      message = fmt::format("method {} is not allowed on {} (use {})", req.method, req.path, kRouteMethods.at(req.path));
+    } else if (res.status == 404) {
+      message = fmt::format("no route {} {}", req.method, req.path);
+      type = "not_found_error";
+    } else {
+      message = fmt::format("HTTP error {}", res.status);
     }
+    if (fault != ReadFault::none) res.set_header("Connection", "close");
     res.set_content(dump_json(ApiError(res.status, type, message).to_json()), "application/json");
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -147,10 +241,25 @@ void HttpServer::install_routes() {
     res.set_content(dump_json(info), "application/json");
   });
 
-  const auto parse_body = [](const httplib::Request& req) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) throw bad_request("the request body is not valid JSON");
-    if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+  const auto parse_body = [this](const httplib::Request& req) {
+    // A chunked body is only capped roughly while it is read (server/http_guard.h).
+    if (req.body.size() > config_.max_body_bytes)
+      throw ApiError(413, "invalid_request_error",
+                     fmt::format("the request body exceeds {} bytes (--max-request-body)", config_.max_body_bytes));
+    check_content_type(req);
+    if (req.body.empty()) throw bad_request("the request body is empty: send a JSON object");
+    json body;
+    try {
+      body = json::parse(req.body);
+    } catch (const json::exception& e) {
+      // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." without the tag.
+      std::string detail = e.what();
+      if (detail.rfind("[json.exception.", 0) == 0 && detail.find("] ") != std::string::npos)
+        detail = detail.substr(detail.find("] ") + 2);
+      throw bad_request("the request body is not valid JSON: " + truncate_message(detail));
+    }
+    if (!body.is_object())
+      throw bad_request(fmt::format("the request body must be a JSON object, not {}", body.type_name()));
     return body;
   };
 
@@ -163,6 +272,8 @@ void HttpServer::install_routes() {
         ids = r.prompts[0];
       } else {
         if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad_request("'prompt' must be a string", "prompt");
+        if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
+          throw bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
         const bool special = body.value("add_special_tokens", true);
         const std::string text = body["prompt"].get<std::string>();
         ids = special ? model_.tokenizer->encode_prompt(text, true) : model_.tokenizer->encode(text, true);

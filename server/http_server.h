@@ -15,21 +15,20 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace tq {
+
+class GuardedHttpServer;
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::port())
   std::string api_key;  // empty: no authentication
-  size_t max_body_bytes = 8 << 20;
+  size_t max_body_bytes = 8 << 20;    // 413 above
+  size_t max_header_bytes = 32 << 10;  // request line + headers; 431 above
   int max_queued_requests = 1024;  // waiting beyond this: 503 with Retry-After
   int max_num_seqs = 64;           // the engine's running limit (to size the waiting queue)
-  int max_connections = 512;       // HTTP worker threads
-  int read_timeout_seconds = 30;
+  int max_connections = 512;       // connections served at once; 503 beyond (server/http_guard.h)
+  int read_timeout_seconds = 30;   // a whole request must arrive within this; 408 after
   std::string kv_mode;  // reported in /v1/models and /metrics
   RequestLimits limits;
 };
@@ -57,7 +56,7 @@ class HttpServer {
   ServedModel model_;
   ServerConfig config_;
   ServerMetrics metrics_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<GuardedHttpServer> http_;
   std::atomic<bool> ready_{false};
   int port_ = 0;
   int64_t started_ = 0;

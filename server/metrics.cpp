@@ -80,6 +80,10 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   metric("prompt_tokens_total", "counter", "Prompt tokens received.", std::to_string(e.prompt_tokens));
   metric("generation_tokens_total", "counter", "Tokens generated.", std::to_string(e.generation_tokens));
   metric("num_preemptions_total", "counter", "Requests preempted (to be recomputed).", std::to_string(e.preemptions));
+  metric("kv_cache_consistency_checks_total", "counter", "Block pool and prefix cache checks run when the engine fell idle.",
+         std::to_string(e.consistency_checks));
+  metric("kv_cache_consistent", "gauge", "1 while every idle-time block pool and prefix cache check passed, 0 after a failure.",
+         e.consistency_failures == 0 ? "1" : "0");
   out += "# HELP tqserve:request_success_total Finished requests by finish reason.\n"
          "# TYPE tqserve:request_success_total counter\n";
   for (const char* reason : {"stop", "length", "abort", "error"}) {

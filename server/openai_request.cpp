@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "engine/chat_prompt.h"
 #include "errors/error.h"
@@ -13,7 +15,7 @@ using nlohmann::json;
 
 json ApiError::to_json() const {
   json e = {{"message", what()}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
-            {"code", status}};
+            {"code", code.empty() ? json(status) : json(code)}};
   return {{"error", e}};
 }
 
@@ -60,13 +62,56 @@ void check_model(const json& body, const ServedModel& m) {
   const std::string name = body["model"].get<std::string>();
   if (name != m.name)
     throw ApiError(404, "not_found_error", fmt::format("The model `{}` does not exist. This server serves `{}`.", name, m.name),
-                   "model");
+                   "model", "model_not_found");
 }
 
 void check_token_ids(const std::vector<TokenId>& ids, const ServedModel& m, const char* param) {
   for (TokenId id : ids)
     if (id < 0 || id >= m.vocab_size)
       throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", id, m.vocab_size - 1), param);
+}
+
+// OpenAI fields tqserve does not implement: refused by name rather than silently ignored
+// (a client asking for tools or a JSON schema must not get free text back as if it had worked).
+// Neutral values (empty lists, "none"/"auto" without tools, response_format text) pass.
+void reject_unsupported(const json& body, bool chat, int n) {
+  const auto unsupported = [](const char* key, const std::string& why) {
+    return bad_request(fmt::format("'{}' is not supported by this server{}", key, why), key);
+  };
+  const auto non_empty = [&](const char* key) {
+    if (!present(body, key)) return false;
+    const json& v = body[key];
+    return !((v.is_array() || v.is_object()) && v.empty());
+  };
+  const auto choice_is_neutral = [&](const char* key) {
+    return !present(body, key) || (body[key].is_string() && (body[key] == "none" || body[key] == "auto"));
+  };
+  if (non_empty("logit_bias")) throw unsupported("logit_bias", "");
+  if (chat) {
+    if (non_empty("tools")) throw unsupported("tools", " (no tool calling)");
+    if (!choice_is_neutral("tool_choice")) throw unsupported("tool_choice", " (no tool calling)");
+    if (non_empty("functions")) throw unsupported("functions", " (no function calling)");
+    if (!choice_is_neutral("function_call")) throw unsupported("function_call", " (no function calling)");
+    if (present(body, "response_format")) {
+      const json& rf = body["response_format"];
+      if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+        throw bad_request("'response_format' must be an object with a string 'type'", "response_format");
+      const std::string type = rf["type"].get<std::string>();
+      if (type != "text")
+        throw bad_request(fmt::format("response_format type '{}' is not supported by this server (no guided decoding); "
+                                      "only 'text'",
+                                      type),
+                          "response_format");
+    }
+  } else {
+    if (present(body, "suffix") && !(body["suffix"].is_string() && body["suffix"].get<std::string>().empty()))
+      throw unsupported("suffix", "");
+    if (present(body, "best_of")) {
+      const json& b = body["best_of"];
+      if (!b.is_number_integer() || b.get<int64_t>() != n)
+        throw bad_request(fmt::format("'best_of' is not supported by this server (only best_of == n, here {})", n), "best_of");
+    }
+  }
 }
 
 // Fields both endpoints share. max_tokens is resolved later, per prompt.
@@ -98,23 +143,34 @@ void parse_common(const json& body, const ServedModel& m, const RequestLimits& l
     }
     if (int(p.stop.size()) > limits.max_stop)
       throw bad_request(fmt::format("'stop' has {} strings, at most {} are allowed", p.stop.size(), limits.max_stop), "stop");
-    for (const std::string& s : p.stop)
+    for (const std::string& s : p.stop) {
       if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+      if (int64_t(s.size()) > limits.max_stop_bytes)
+        throw bad_request(fmt::format("a 'stop' string has {} bytes, at most {} are allowed", s.size(), limits.max_stop_bytes),
+                          "stop");
+    }
   }
   if (present(body, "stop_token_ids")) {
     const json& s = body["stop_token_ids"];
     if (!s.is_array()) throw bad_request("'stop_token_ids' must be a list of token ids", "stop_token_ids");
     for (const json& e : s) {
       if (!e.is_number_integer()) throw bad_request("'stop_token_ids' must be a list of token ids", "stop_token_ids");
+      // Range-check before narrowing: 2^40 must not wrap to a valid id.
+      const double v = e.get<double>();
+      if (v < 0 || v >= m.vocab_size)
+        throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", e.dump(), m.vocab_size - 1),
+                          "stop_token_ids");
       p.stop_token_ids.push_back(e.get<int32_t>());
     }
     check_token_ids(p.stop_token_ids, m, "stop_token_ids");
   }
   r.n = int(int_field(body, "n", 1, 1, limits.max_n));
   r.stream = bool_field(body, "stream", false);
+  reject_unsupported(body, r.chat, r.n);
   if (present(body, "stream_options")) {
     const json& so = body["stream_options"];
     if (!so.is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    if (!r.stream) throw bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
     r.include_usage = bool_field(so, "include_usage", false);
   }
   try {
@@ -128,8 +184,8 @@ void parse_common(const json& body, const ServedModel& m, const RequestLimits& l
 
 // max_tokens against the context: an explicit value must fit with the prompt (vLLM's check);
 // the default is `fallback`, capped to what is left.
-void resolve_max_tokens(const json& body, const ServedModel& m, const std::vector<TokenId>& prompt, int fallback,
-                        bool allow_zero, ApiRequest& r) {
+void resolve_max_tokens(const json& body, const ServedModel& m, const RequestLimits& limits,
+                        const std::vector<TokenId>& prompt, int fallback, bool allow_zero, ApiRequest& r) {
   const int prompt_len = static_cast<int>(prompt.size());
   if (prompt_len >= m.max_model_len)
     throw bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens, "
@@ -139,6 +195,10 @@ void resolve_max_tokens(const json& body, const ServedModel& m, const std::vecto
   const char* key = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (present(body, key)) {
     const int64_t requested = int_field(body, key, 0, allow_zero ? 0 : 1, INT32_MAX);
+    if (limits.max_tokens > 0 && requested > limits.max_tokens)
+      throw bad_request(fmt::format("'{}' is {}, but this server allows at most {} tokens per completion (--max-tokens-limit)",
+                                    key, requested, limits.max_tokens),
+                        key);
     if (requested + prompt_len > m.max_model_len)
       throw bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
                                     "({} in the prompt, {} in the completion).",
@@ -148,6 +208,7 @@ void resolve_max_tokens(const json& body, const ServedModel& m, const std::vecto
     r.params.max_tokens = std::max<int>(1, int(requested));
   } else {
     r.params.max_tokens = std::min(fallback, m.max_model_len - prompt_len);
+    if (limits.max_tokens > 0) r.params.max_tokens = std::min(r.params.max_tokens, limits.max_tokens);
   }
 }
 
@@ -194,7 +255,7 @@ ApiRequest parse_completion_request(const json& body, const ServedModel& m, cons
     throw bad_request(fmt::format("{} prompts in one request, at most {}", r.prompts.size(), limits.max_prompts), "prompt");
   for (const auto& ids : r.prompts) {
     if (ids.empty()) throw bad_request("the prompt is empty: give at least one token", "prompt");
-    resolve_max_tokens(body, m, ids, 16, r.echo, r);
+    resolve_max_tokens(body, m, limits, ids, 16, r.echo, r);
   }
   return r;
 }
@@ -209,21 +270,42 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
   const json& msgs = body["messages"];
   if (!msgs.is_array() || msgs.empty()) throw bad_request("'messages' must be a non-empty list", "messages");
   json normalized = json::array();
-  for (const json& msg : msgs) {
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-      throw bad_request("each message needs a string 'role'", "messages");
+  static const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const json& msg = msgs[i];
+    if (!msg.is_object())
+      throw bad_request(fmt::format("messages[{}] must be an object with 'role' and 'content', not {}", i, msg.type_name()),
+                        "messages");
+    if (!msg.contains("role") || !msg["role"].is_string())
+      throw bad_request(fmt::format("messages[{}] needs a string 'role'", i), "messages");
+    const std::string role = msg["role"].get<std::string>();
+    if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles))
+      throw bad_request(fmt::format("messages[{}] has role '{}'; expected one of system, developer, user, assistant, tool",
+                                    i, role),
+                        "messages");
+    if (!present(msg, "content") && role != "assistant")
+      throw bad_request(fmt::format("messages[{}] (role '{}') has no 'content'", i, role), "messages");
     json out = msg;
+    if (!present(msg, "content")) out["content"] = "";  // an assistant turn with no text
     if (msg.contains("content") && msg["content"].is_array()) {
       // Content parts: the text parts, joined.
       std::string text;
       for (const json& part : msg["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw bad_request("only text content parts are supported", "messages");
+        // Type-check before comparing: a part {"type": 1} is a bad request, not a JSON type_error.
+        const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
+                               part["type"] == "text" && part.contains("text") && part["text"].is_string();
+        if (!text_part)
+          throw bad_request(fmt::format("messages[{}]: only text content parts are supported (type 'text' with a "
+                                        "string 'text')",
+                                        i),
+                            "messages");
         text += part["text"].get<std::string>();
       }
       out["content"] = text;
     } else if (msg.contains("content") && !msg["content"].is_string() && !msg["content"].is_null()) {
-      throw bad_request("message 'content' must be a string or a list of text parts", "messages");
+      throw bad_request(fmt::format("messages[{}] 'content' must be a string or a list of text parts, not {}", i,
+                                    msg["content"].type_name()),
+                        "messages");
     }
     normalized.push_back(out);
   }
@@ -240,7 +322,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
     throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
   }
   if (r.prompts[0].empty()) throw bad_request("the conversation renders to an empty prompt", "messages");
-  resolve_max_tokens(body, m, r.prompts[0], m.max_model_len, false, r);
+  resolve_max_tokens(body, m, limits, r.prompts[0], m.max_model_len, false, r);
   return r;
 }
 

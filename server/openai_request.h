@@ -14,11 +14,13 @@ namespace tq {
 
 // An error in OpenAI's form: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError : std::runtime_error {
-  ApiError(int status_, std::string type_, std::string message, std::string param_ = "")
-      : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)) {}
+  ApiError(int status_, std::string type_, std::string message, std::string param_ = "", std::string code_ = "")
+      : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)),
+        code(std::move(code_)) {}
   int status;
   std::string type;  // "invalid_request_error", "authentication_error", "not_found_error", ...
   std::string param;
+  std::string code;  // OpenAI's error code ("model_not_found"); empty: the HTTP status
   nlohmann::json to_json() const;
 };
 // 400 invalid_request_error about `param`.
@@ -39,6 +41,8 @@ struct RequestLimits {
   int max_stop = 16;       // stop strings
   int max_prompts = 64;    // prompts in one completions request
   int max_logprobs = SamplingParams::kMaxLogprobs;
+  int max_stop_bytes = 1024;  // bytes of one stop string
+  int max_tokens = 0;         // completion tokens per request (0: only the context limits)
 };
 
 struct ApiRequest {

@@ -256,7 +256,10 @@ class Evaluator {
         raise_error("TypeError: macro '{}' takes not more than {} argument(s)", name, params.size());
       }
       ScopePtr scope = enter_frame(closure, undefined_on_entry);
-      for (const auto& [keyword, value] : args.keyword) {
+      for (const auto& entry : args.keyword) {
+        // Plain references, not structured bindings: clang before 16 cannot capture those.
+        const std::string& keyword = entry.first;
+        const Value& value = entry.second;
         bool is_param = std::any_of(params.begin(), params.end(), [&](const MacroParam& p) { return p.name == keyword; });
         if (!is_param && keyword != "caller") {
           raise_error("TypeError: macro '{}' takes no keyword argument '{}'", name, keyword);

@@ -33,8 +33,9 @@ class Dict {
   const Value* find(std::string_view key) const;
   void set(std::string key, Value value);  // replaces in place or appends, like d[key] = value
   const std::vector<Entry>& entries() const { return entries_; }
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
+  // Defined after Value: vector<Entry>::size() needs the complete type (clang insists).
+  size_t size() const;
+  bool empty() const;
 
  private:
   std::vector<Entry> entries_;
@@ -142,6 +143,9 @@ class Value {
 
   Data data_;
 };
+
+inline size_t Dict::size() const { return entries_.size(); }
+inline bool Dict::empty() const { return entries_.empty(); }
 
 // Throws the error an undefined value carries (jinja2 raises it on use).
 [[noreturn]] void raise_undefined(const Value& undefined);

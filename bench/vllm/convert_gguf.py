@@ -1,0 +1,15 @@
+# One-time: dequantize a GGUF into a plain HF folder (config.json, tokenizer, float32 safetensors)
+# that vLLM 0.32 can load (it has no GGUF loader). Run by scripts/setup_vllm.sh:
+#   build/vllm-venv/bin/python bench/vllm/convert_gguf.py GGUF_DIR GGUF_NAME OUT_DIR
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+src_dir, fn, out = sys.argv[1], sys.argv[2], sys.argv[3]
+tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fn)
+m = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fn, dtype=torch.float32)
+# weights are already dequantized to float32; drop the GGUF quantizer so it serializes
+if hasattr(m.config, "quantization_config"):
+    del m.config.quantization_config
+m.hf_quantizer = None
+m.is_quantized = False
+tok.save_pretrained(out); m.save_pretrained(out)
+print("saved", out)

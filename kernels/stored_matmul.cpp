@@ -1,0 +1,151 @@
+#include "kernels/stored_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "errors/error.h"
+#include "kernels/dequantize.h"
+#include "kernels/stored_matmul_avx2.h"
+#include "kernels/weight_slices.h"
+
+namespace tq {
+namespace {
+
+constexpr int kSlice = 32;
+
+inline float round_through_fp16(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
+// ggml's hsum_float_8: (lanes 0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then the two.
+inline float sum_lanes(const float acc[8]) {
+  const float r0 = acc[4] + acc[0], r1 = acc[5] + acc[1], r2 = acc[6] + acc[2], r3 = acc[7] + acc[3];
+  return (r0 + r2) + (r1 + r3);
+}
+
+bool has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K; }
+
+// One output element of a block format: Σ over slices of scale·(exact lane sums), in eight
+// lanes, plus the offsets times the activation block sums.
+float dot_slices_reference(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_slices) {
+  float acc[8] = {0};
+  float offsets = 0;
+  WeightSlice s;
+  for (int64_t b = 0; b < n_slices; ++b) {
+    unpack_weight_slice(t, row, b, &s);
+    for (int k = 0; k < 8; ++k) {
+      int32_t sum = 0;  // lane k: values 4k .. 4k+3
+      for (int j = 4 * k; j < 4 * k + 4; ++j) sum += int32_t{s.q[j]} * int32_t{act[b].qs[j]};
+      acc[k] = std::fma(s.scale[k] * act[b].d, static_cast<float>(sum), acc[k]);
+    }
+    if (has_offset(t)) offsets = std::fma(s.offset, act[b].s, offsets);
+  }
+  return has_offset(t) ? sum_lanes(acc) + offsets : sum_lanes(acc);
+}
+
+float widen(DType t, const uint8_t* row, int64_t k) {
+  uint16_t h;
+  std::memcpy(&h, row + 2 * k, 2);
+  return t == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+
+// One output element of an F16/BF16 row: eight FMA lanes over k (lane k % 8), the lane sum,
+// then the tail past the last multiple of 8 in order.
+float dot_half_reference(DType t, const uint8_t* row, const float* x, int64_t in) {
+  float acc[8] = {0};
+  const int64_t body = in - in % 8;
+  for (int64_t k = 0; k < body; ++k) acc[k % 8] = std::fma(widen(t, row, k), x[k], acc[k % 8]);
+  float total = sum_lanes(acc);
+  for (int64_t k = body; k < in; ++k) total = std::fma(widen(t, row, k), x[k], total);
+  return total;
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                       __builtin_cpu_supports("f16c");
+
+bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+bool activations_are_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+void check_shapes(int64_t in, DType t) {
+  // Checked before any parallel loop: a throw inside one would terminate the process.
+  if (!has_stored_linear(t)) fail("no stored-weight linear kernel for weight type {}", dtype_traits(t).name);
+  const int block = dtype_traits(t).block_elems;
+  if (in % std::max(block, kSlice) != 0 && !is_half(t))
+    fail("stored linear: input width {} is not a multiple of {}'s block of {}", in, dtype_traits(t).name, block);
+}
+
+// x: [n, in] → [n, in / 32] blocks, with the AVX2 quantizer (bit-identical) when `simd`.
+std::vector<ActivationBlock> quantize_rows(const float* x, int64_t n, int64_t in, bool simd) {
+  const int64_t n_slices = in / kSlice;
+  std::vector<ActivationBlock> act(static_cast<size_t>(n * n_slices));  // [n, n_slices]
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (n >= 16)
+  for (int64_t r = 0; r < n; ++r) {
+    if (simd) {
+      finite = quantize_activations_avx2(x + r * in, in, act.data() + r * n_slices) && finite;
+    } else {
+      finite = activations_are_finite(x + r * in, in) && finite;
+      if (finite) quantize_activations(x + r * in, in, act.data() + r * n_slices);
+    }
+  }
+  if (!finite) fail("stored linear: activations are not finite (the model diverged)");
+  return act;
+}
+
+}  // namespace
+
+bool has_stored_linear(DType t) { return is_half(t) || has_weight_slices(t); }
+
+void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* blocks) {
+  for (int64_t b = 0; b < n_elems / kSlice; ++b) {
+    const float* v = x + b * kSlice;
+    if (!activations_are_finite(v, kSlice)) fail("stored linear: activations are not finite (the model diverged)");
+    float amax = 0;
+    for (int j = 0; j < kSlice; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < kSlice; ++j) {
+      const int q = static_cast<int>(std::nearbyint(v[j] * id));  // ties to even (default rounding mode)
+      blocks[b].qs[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    blocks[b].d = round_through_fp16(d);
+    blocks[b].s = round_through_fp16(d * static_cast<float>(sum));
+  }
+}
+
+void linear_stored_reference(const float* x, int64_t n, int64_t in, DType t, const uint8_t* w, int64_t out,
+                             const float* bias, float* y) {
+  check_shapes(in, t);
+  const size_t row_bytes = dtype_row_bytes(t, in);
+  std::vector<ActivationBlock> act;
+  if (!is_half(t)) act = quantize_rows(x, n, in, false);
+  const int64_t n_slices = in / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < out; ++o) {
+    const uint8_t* row = w + o * row_bytes;
+    for (int64_t r = 0; r < n; ++r) {
+      const float v = is_half(t) ? dot_half_reference(t, row, x + r * in, in)
+                                 : dot_slices_reference(t, row, act.data() + r * n_slices, n_slices);
+      y[r * out + o] = bias ? v + bias[o] : v;
+    }
+  }
+}
+
+void linear_stored(const float* x, int64_t n, int64_t in, DType t, const uint8_t* w, int64_t out, const float* bias,
+                   float* y) {
+  if (!kHaveAvx2) return linear_stored_reference(x, n, in, t, w, out, bias, y);
+  check_shapes(in, t);
+  const size_t row_bytes = dtype_row_bytes(t, in);
+  if (is_half(t)) return linear_half_avx2(t, x, n, in, w, row_bytes, out, bias, y);
+  const std::vector<ActivationBlock> act = quantize_rows(x, n, in, true);
+  linear_slices_avx2(t, act.data(), n, in / kSlice, w, row_bytes, out, bias, y);
+}
+
+}  // namespace tq

@@ -1,0 +1,49 @@
+// Linear layers whose weights stay in the format the model file stores them in: F16 and BF16
+// rows, and the block formats Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K. Nothing is dequantized at
+// load, so a loaded GGUF takes about its file size and a decode step reads 4.5-8.5 bits per
+// weight instead of 32.
+//
+// Block formats are computed the way ggml computes them on x86: each activation row is
+// quantized to 8-bit blocks of 32 (with the block sum for formats that have an offset), each
+// 32-value weight slice (kernels/weight_slices.h) gives eight exact integer lane sums, and the
+// scales are accumulated into eight fp32 lanes with FMA and summed pairwise at the end, offsets
+// in a separate fp32 chain. For Q8_0/Q4_0/Q4_1 that is ggml's own order, so greedy outputs agree
+// with llama.cpp on the same GGUF. F16/BF16 rows are widened to fp32 and use eight FMA lanes
+// over the row, in order.
+//
+// Every output element is computed by the same operations in the same order whatever the batch
+// size and tiling, so results are batch-invariant (DEVELOPERS.md), and the AVX2 kernels are
+// bit-identical to linear_stored_reference.
+#pragma once
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace tq {
+
+// True when linear_stored() takes weights of this type as stored.
+bool has_stored_linear(DType weight_type);
+
+// x: [n, in] fp32; w: [out] rows of `in` values stored as `weight_type` (in a multiple of the
+// type's block); bias: [out] or nullptr; y: [n, out]. AVX2+FMA+F16C tiles when the CPU has
+// them (chosen at run time), else the reference.
+void linear_stored(const float* x, int64_t n, int64_t in, DType weight_type, const uint8_t* w, int64_t out,
+                   const float* bias, float* y);
+// The same arithmetic in plain C++, one output element at a time: what the SIMD kernels are
+// tested to equal bit for bit.
+void linear_stored_reference(const float* x, int64_t n, int64_t in, DType weight_type, const uint8_t* w, int64_t out,
+                             const float* bias, float* y);
+
+// One 32-value block of quantized activations: scale d and d·Σq, both rounded through fp16
+// as ggml's Q8_1 stores them.
+struct ActivationBlock {
+  float d;
+  float s;
+  int8_t qs[32];
+};
+
+// x: [n_elems] (a multiple of 32) → blocks: [n_elems / 32]. Rounds half to even like
+// _mm256_round_ps(_MM_ROUND_NEAREST).
+void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* blocks);
+
+}  // namespace tq

@@ -1,0 +1,329 @@
+// AVX2 tiles for linear_stored(). This file is compiled with -mavx2 -mfma -mf16c (CMakeLists.txt)
+// and called only when the CPU has them. It includes no headers with inline C++ library code,
+// so no AVX2-compiled copy of a shared inline function can be picked by the linker for others.
+//
+// A tile computes R weight rows against T tokens: the R rows' slices are unpacked once per
+// slice and reused for all T tokens, the T tokens' activations once for all R rows. Each output
+// element still has its own accumulator and sees exactly the operations of
+// linear_stored_reference, in the same order, so the tile shape never changes a result.
+#include "kernels/stored_matmul_avx2.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <utility>
+
+#include "kernels/stored_matmul.h"
+
+namespace tq {
+namespace {
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Low nibbles of 16 bytes as values 0..15, high nibbles as 16..31 (legacy block order).
+inline __m256i legacy_nibbles(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Each byte of v shifted right by `bits` (< 8), masked to `mask`.
+inline __m256i byte_field(__m256i v, int bits, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(bits)), _mm256_set1_epi8(static_cast<char>(mask)));
+}
+
+// ggml's get_scale_min_k4 (kernels/weight_slices.cpp has the same).
+inline void k4_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// A slice as the tiles use it: q (signed or unsigned bytes), its per-lane scale, its offset.
+struct Slice {
+  __m256i q;
+  __m256 scale;
+  float offset;
+};
+
+// Per type: Signed (q may be negative: the products use the sign trick), Offset (an offset
+// chain exists), load(row, slice index).
+struct Q8_0 {
+  static constexpr bool kSigned = true, kOffset = false;
+  static Slice load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 34;
+    return {load32(blk + 2), _mm256_set1_ps(f16(blk)), 0.0f};
+  }
+};
+
+struct Q4_0 {
+  static constexpr bool kSigned = true, kOffset = false;
+  static Slice load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 18;
+    return {_mm256_sub_epi8(legacy_nibbles(blk + 2), _mm256_set1_epi8(8)), _mm256_set1_ps(f16(blk)), 0.0f};
+  }
+};
+
+struct Q4_1 {
+  static constexpr bool kSigned = false, kOffset = true;
+  static Slice load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 20;
+    return {legacy_nibbles(blk + 4), _mm256_set1_ps(f16(blk)), f16(blk + 2)};
+  }
+};
+
+template <bool kFiveBits>
+struct Q45_K {
+  static constexpr bool kSigned = false, kOffset = true;
+  static Slice load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + (b / 8) * (kFiveBits ? 176 : 144);
+    const int j = static_cast<int>(b % 8);
+    int sc, m;
+    k4_scale_min(blk + 4, j, &sc, &m);
+    __m256i q = byte_field(load32(blk + (kFiveBits ? 48 : 16) + 32 * (j / 2)), 4 * (j & 1), 0x0F);
+    if (kFiveBits) q = _mm256_or_si256(q, _mm256_slli_epi16(byte_field(load32(blk + 16), j, 1), 4));
+    return {q, _mm256_set1_ps(f16(blk) * static_cast<float>(sc)), -(f16(blk + 2) * static_cast<float>(m))};
+  }
+};
+
+struct Q6_K {
+  static constexpr bool kSigned = true, kOffset = false;
+  static Slice load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + (b / 8) * 210;
+    const int j = static_cast<int>(b % 8), half = j / 4, run = j % 4;
+    const __m256i low = byte_field(load32(blk + 64 * half + 32 * (run & 1)), run >= 2 ? 4 : 0, 0x0F);
+    const __m256i high = _mm256_slli_epi16(byte_field(load32(blk + 128 + 32 * half), 2 * run, 3), 4);
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
+    const auto* scales = reinterpret_cast<const int8_t*>(blk + 192) + 8 * half + 2 * run;
+    const float d = f16(blk + 208);
+    const float s0 = d * static_cast<float>(scales[0]), s1 = d * static_cast<float>(scales[1]);
+    return {q, _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), 0.0f};
+  }
+};
+
+// Lane k = Σ of products 4k..4k+3 of unsigned bytes u and signed bytes s, as fp32.
+inline __m256 lane_sums(__m256i u, __m256i s) {
+  const __m256i pairs = _mm256_maddubs_epi16(u, s);  // |pair| ≤ 2·128·127: no saturation
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
+}
+
+// ggml's hsum_float_8 order: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then the two.
+inline float sum_lanes(__m256 acc) {
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  const float r0 = l[4] + l[0], r1 = l[5] + l[1], r2 = l[6] + l[2], r3 = l[7] + l[3];
+  return (r0 + r2) + (r1 + r3);
+}
+
+// f(0), f(1), …, f(N-1) with constant arguments, so that arrays indexed by them stay in
+// registers (GCC does not fully unroll the nested loops of a tile by itself).
+template <int N, class F>
+__attribute__((always_inline)) inline void unrolled(const F& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(I), ...); }(std::make_integer_sequence<int, N>{});
+}
+
+// R rows (w, stride row_bytes) × T tokens (act, stride n_slices) → y[t·out + r].
+template <class W, int R, int T>
+void slice_tile(const uint8_t* w, size_t row_bytes, const ActivationBlock* act, int64_t n_slices, int64_t out,
+                const float* bias, float* y) {
+  __m256 acc[R][T];
+  float offsets[R][T];
+  unrolled<R>([&](int r) {
+    unrolled<T>([&](int t) {
+      acc[r][t] = _mm256_setzero_ps();
+      offsets[r][t] = 0.0f;
+    });
+  });
+  for (int64_t b = 0; b < n_slices; ++b) {
+    Slice s[R];
+    __m256i magnitude[R];
+    unrolled<R>([&](int r) {
+      s[r] = W::load(w + r * row_bytes, b);
+      if (W::kSigned) magnitude[r] = _mm256_sign_epi8(s[r].q, s[r].q);
+    });
+    unrolled<T>([&](int t) {
+      const ActivationBlock& a = act[t * n_slices + b];
+      const __m256i qa = load32(reinterpret_cast<const uint8_t*>(a.qs));
+      const __m256 da = _mm256_set1_ps(a.d);
+      unrolled<R>([&](int r) {
+        const __m256 sums = W::kSigned ? lane_sums(magnitude[r], _mm256_sign_epi8(qa, s[r].q)) : lane_sums(s[r].q, qa);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(s[r].scale, da), sums, acc[r][t]);
+        if (W::kOffset) offsets[r][t] = __builtin_fmaf(s[r].offset, a.s, offsets[r][t]);
+      });
+    });
+  }
+  unrolled<R>([&](int r) {
+    unrolled<T>([&](int t) {
+      const float v = W::kOffset ? sum_lanes(acc[r][t]) + offsets[r][t] : sum_lanes(acc[r][t]);
+      y[t * out + r] = bias ? v + bias[r] : v;
+    });
+  });
+}
+
+// Widened F16/BF16: 8 values at p as fp32.
+template <bool kBf16>
+inline __m256 widen8(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+template <bool kBf16>
+inline float widen1(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (kBf16) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  return _cvtsh_ss(h);
+}
+
+// R F16/BF16 rows × T fp32 tokens (x, stride in) → y[t·out + r].
+template <bool kBf16, int R, int T>
+void half_tile(const uint8_t* w, size_t row_bytes, const float* x, int64_t in, int64_t out, const float* bias,
+               float* y) {
+  __m256 acc[R][T];
+  unrolled<R>([&](int r) { unrolled<T>([&](int t) { acc[r][t] = _mm256_setzero_ps(); }); });
+  const int64_t body = in - in % 8;
+  for (int64_t k = 0; k < body; k += 8) {
+    __m256 wv[R];
+    unrolled<R>([&](int r) { wv[r] = widen8<kBf16>(w + r * row_bytes + 2 * k); });
+    unrolled<T>([&](int t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * in + k);
+      unrolled<R>([&](int r) { acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]); });
+    });
+  }
+  unrolled<R>([&](int r) {
+    unrolled<T>([&](int t) {
+      float v = sum_lanes(acc[r][t]);
+      for (int64_t k = body; k < in; ++k) v = __builtin_fmaf(widen1<kBf16>(w + r * row_bytes + 2 * k), x[t * in + k], v);
+      y[t * out + r] = bias ? v + bias[r] : v;
+    });
+  });
+}
+
+// The tile shapes used: 4 rows × 1 token for decode (independent FMA chains to hide latency),
+// 2 rows × 4 tokens for batches (8 accumulators reuse each unpacked slice four times).
+template <class Tile>
+void run_panels(int64_t n, int64_t out, const Tile& tile) {
+  constexpr int64_t kPanel = 16;  // rows per work item: a panel's slices stay in L1 across tokens
+  const int64_t panels = (out + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t o_end = (p + 1) * kPanel < out ? (p + 1) * kPanel : out;
+    if (n == 1) {
+      for (int64_t o = p * kPanel; o < o_end; o += 4) tile.template operator()<4, 1>(o, 0, o_end - o, 1);
+    } else {
+      for (int64_t t = 0; t < n; t += 4)
+        for (int64_t o = p * kPanel; o < o_end; o += 2) tile.template operator()<2, 4>(o, t, o_end - o, n - t);
+    }
+  }
+}
+
+// Calls tile_fn<R', T'> with R' = min(R, rows_left), T' = min(T, tokens_left).
+template <int R, int T, class F>
+void shaped(int64_t rows_left, int64_t tokens_left, const F& tile_fn) {
+  if constexpr (R > 1) {
+    if (rows_left < R) return shaped<R - 1, T>(rows_left, tokens_left, tile_fn);
+  }
+  if constexpr (T > 1) {
+    if (tokens_left < T) return shaped<R, T - 1>(rows_left, tokens_left, tile_fn);
+  }
+  tile_fn.template operator()<R, T>();
+}
+
+template <class W>
+void run_slices(const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w, size_t row_bytes,
+                int64_t out, const float* bias, float* y) {
+  auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
+    shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
+      slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out, bias ? bias + o : nullptr,
+                            y + t * out + o);
+    });
+  };
+  run_panels(n, out, tile);
+}
+
+template <bool kBf16>
+void run_half(const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes, int64_t out,
+              const float* bias, float* y) {
+  auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
+    shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
+      half_tile<kBf16, R2, T2>(w + o * row_bytes, row_bytes, x + t * in, in, out, bias ? bias + o : nullptr,
+                               y + t * out + o);
+    });
+  };
+  run_panels(n, out, tile);
+}
+
+}  // namespace
+
+bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock* blocks) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), largest = _mm256_set1_ps(3.40282347e38f);
+  for (int64_t b = 0; b < n_elems / 32; ++b) {
+    __m256 v[4], magnitude = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
+      const __m256 a = _mm256_andnot_ps(sign_bit, v[i]);
+      finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, largest, _CMP_LE_OQ));  // false for inf and NaN
+      magnitude = _mm256_max_ps(magnitude, a);
+    }
+    if (_mm256_movemask_ps(finite) != 0xFF) return false;
+    float m[8];
+    _mm256_storeu_ps(m, magnitude);
+    float amax = 0;
+    for (float e : m) amax = e > amax ? e : amax;  // a maximum: the order does not matter
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    __m256i sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      sum = _mm256_add_epi32(sum, q[i]);
+    }
+    // Pack 32 int32 to int8 in order (the packs interleave 128-bit halves; the permute undoes it).
+    const __m256i q16a = _mm256_packs_epi32(q[0], q[1]), q16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), q8);
+    int32_t s[8];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s), sum);
+    const int32_t total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    blocks[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    blocks[b].s = _cvtsh_ss(_cvtss_sh(d * static_cast<float>(total), _MM_FROUND_TO_NEAREST_INT));
+  }
+  return true;
+}
+
+void linear_slices_avx2(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w,
+                        size_t row_bytes, int64_t out, const float* bias, float* y) {
+  switch (t) {
+    case DType::Q8_0: return run_slices<Q8_0>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q4_0: return run_slices<Q4_0>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q4_1: return run_slices<Q4_1>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q4_K: return run_slices<Q45_K<false>>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q5_K: return run_slices<Q45_K<true>>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q6_K: return run_slices<Q6_K>(act, n, n_slices, w, row_bytes, out, bias, y);
+    default: return;  // linear_stored() checked the type
+  }
+}
+
+void linear_half_avx2(DType t, const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes, int64_t out,
+                      const float* bias, float* y) {
+  if (t == DType::BF16) return run_half<true>(x, n, in, w, row_bytes, out, bias, y);
+  run_half<false>(x, n, in, w, row_bytes, out, bias, y);
+}
+
+}  // namespace tq

@@ -1,0 +1,24 @@
+// The AVX2+FMA+F16C kernels behind linear_stored() (kernels/stored_matmul.h). Their file is
+// compiled with those instruction sets enabled; call them only when the CPU has all three.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace tq {
+
+struct ActivationBlock;
+
+// quantize_activations() (kernels/stored_matmul.h), bit for bit; false (blocks unspecified)
+// when x holds an infinity or NaN.
+bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock* blocks);
+
+// act: [n, n_slices] quantized activations; w: [out] rows of row_bytes; y: [n, out].
+void linear_slices_avx2(DType weight_type, const ActivationBlock* act, int64_t n, int64_t n_slices,
+                        const uint8_t* w, size_t row_bytes, int64_t out, const float* bias, float* y);
+// F16/BF16 rows. x: [n, in]; w: [out] rows of row_bytes; y: [n, out].
+void linear_half_avx2(DType weight_type, const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes,
+                      int64_t out, const float* bias, float* y);
+
+}  // namespace tq

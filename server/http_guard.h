@@ -1,0 +1,71 @@
+// The HTTP server's connection-level limits, which cpp-httplib 0.11.4 (a compiled library: its
+// CPPHTTPLIB_* macros are fixed in the .so) cannot be told at run time:
+//  - at most `max_connections` connections are served at once; one beyond gets an immediate
+//    503 (JSON, Retry-After) and is closed, instead of queueing unseen behind the others;
+//  - a request (request line, headers and body) must arrive within `request_timeout_seconds`
+//    of its first byte: a client that trickles its body gets 408 and is disconnected, and only
+//    its own worker thread waited (httplib's timeout is per read, so one byte every few seconds
+//    kept a thread forever);
+//  - the request line and headers together are at most `max_header_bytes` (431); httplib only
+//    limits single lines (8192 bytes, 400) and would read any number of them;
+//  - a body is capped while it is read: chunked and length-less bodies are no longer read whole
+//    before --max-request-body is checked (httplib checks only a declared Content-Length).
+// It does so by serving each connection itself (GuardedHttpServer::process_and_close_socket, a
+// virtual of httplib::Server) over a socket stream that counts and times every read; httplib
+// still parses requests and writes responses. The error handler asks fault() why a request
+// failed, to answer 408/431/413 with a message that names the limit.
+#pragma once
+#include <httplib.h>
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+
+namespace tq {
+
+struct HttpGuardLimits {
+  int max_connections = 512;
+  int request_timeout_seconds = 30;
+  size_t max_header_bytes = 32 << 10;
+  size_t max_body_bytes = 8 << 20;
+  int keep_alive_timeout_seconds = 5;  // idle wait for the next request on a connection
+  int write_timeout_seconds = 30;      // one blocked write to a client that does not read
+};
+
+// Why the request being served on this thread could not be read.
+enum class ReadFault { none, timeout, headers_too_large, body_too_large };
+
+class GuardedHttpServer : public httplib::Server {
+ public:
+  // on_refused: called (on a worker thread) for each connection turned away with 503.
+  GuardedHttpServer(HttpGuardLimits limits, std::function<void()> on_refused = nullptr);
+
+  const HttpGuardLimits& limits() const { return limits_; }
+  int active_connections() const { return active_.load(); }
+
+  // Hooks for handlers, about the connection of the calling thread (no-ops elsewhere):
+  // the pre-routing handler calls headers_received() once the headers are in (the body
+  // limit for this request is set from its Content-Length / Transfer-Encoding);
+  static void headers_received(const httplib::Request& req);
+  // a response sent without reading the request's body closes the connection after it;
+  static void close_after_response();
+  // why reading the current request failed (none if it did not);
+  static ReadFault fault();
+  // whether the current request's headers were read (false: a malformed request line/header);
+  static bool headers_complete();
+  // the longest line of the current request's head, in bytes (httplib refuses > 8192).
+  static size_t longest_header_line();
+
+  static constexpr size_t kHttplibHeaderLineMax = 8192;  // CPPHTTPLIB_HEADER_MAX_LENGTH
+  static constexpr size_t kHttplibUriMax = 8192;         // CPPHTTPLIB_REQUEST_URI_MAX_LENGTH
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+  void refuse(socket_t sock);
+
+  HttpGuardLimits limits_;
+  std::function<void()> on_refused_;
+  std::atomic<int> active_{0};
+};
+
+}  // namespace tq

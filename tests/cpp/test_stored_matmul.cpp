@@ -1,0 +1,186 @@
+// Linear layers over weights as stored (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K):
+// - each equals, up to fp32 rounding, the double-precision product of the weights dequantized by
+//   kernels/dequantize (itself checked against the `gguf` package) with the 8-bit activations
+//   (fp32 activations for F16/BF16);
+// - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
+// - a token's outputs do not depend on the batch it is in;
+// - activation quantization follows ggml's Q8_0/Q8_1 rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/dequantize.h"
+#include "kernels/stored_matmul.h"
+#include "kernels/stored_matmul_avx2.h"
+
+namespace tq {
+namespace {
+
+void put_f16(std::vector<uint8_t>& w, size_t off, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(&w[off], &h, 2);
+}
+
+// Random but valid rows: random bytes, with every fp16 scale (and min) of sane size and, for
+// half types, every value a sane number.
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t in, std::mt19937& rng) {
+  const size_t row_bytes = dtype_row_bytes(t, in);
+  std::vector<uint8_t> w(rows * row_bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  if (t == DType::F16 || t == DType::BF16) {
+    for (size_t off = 0; off < w.size(); off += 2) {
+      const float v = normal(rng);
+      const uint16_t h = t == DType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+      std::memcpy(&w[off], &h, 2);
+    }
+    return w;
+  }
+  const int block_bytes = dtype_traits(t).block_bytes;
+  for (size_t off = 0; off < w.size(); off += block_bytes) {
+    switch (t) {
+      case DType::Q4_1: put_f16(w, off + 2, -scale(rng) * 8); [[fallthrough]];
+      case DType::Q8_0: case DType::Q4_0: put_f16(w, off, scale(rng)); break;
+      case DType::Q4_K: case DType::Q5_K: put_f16(w, off, scale(rng) / 16); put_f16(w, off + 2, scale(rng) / 16); break;
+      case DType::Q6_K: put_f16(w, off + 208, scale(rng) / 32); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+TEST(QuantizeActivations, FollowsGgmlQ8Rules) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = (i - 15.5f) * 0.25f;  // amax 3.875
+  ActivationBlock b;
+  quantize_activations(x.data(), 32, &b);
+  EXPECT_FLOAT_EQ(b.d, fp16_to_fp32(fp32_to_fp16(3.875f / 127.0f)));
+  EXPECT_EQ(b.qs[0], -127);
+  EXPECT_EQ(b.qs[31], 127);
+  int sum = 0;
+  for (int8_t q : b.qs) sum += q;
+  EXPECT_FLOAT_EQ(b.s, fp16_to_fp32(fp32_to_fp16(3.875f / 127.0f * sum)));
+  std::vector<float> zeros(32, 0.0f);
+  quantize_activations(zeros.data(), 32, &b);
+  EXPECT_EQ(b.d, 0.0f);
+  for (int8_t q : b.qs) EXPECT_EQ(q, 0);
+}
+
+// The AVX2 activation quantizer equals the scalar one bit for bit: ordinary values, ties at
+// .5 after scaling, tiny blocks whose scale is an fp16 subnormal, zeros; and it refuses
+// infinities and NaN as the scalar one does.
+TEST(QuantizeActivations, Avx2EqualsScalar) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+    GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(32 * 64);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int block = static_cast<int>(i / 32);
+    const float magnitude = block < 8 ? 1e-6f : block < 16 ? 1e4f : 1.0f;
+    x[i] = block >= 16 && block < 24 ? static_cast<float>(static_cast<int>(normal(rng) * 40)) / 2 : normal(rng) * magnitude;
+  }
+  for (int j = 0; j < 32; ++j) x[24 * 32 + j] = 0.0f;
+  x[25 * 32] = 127.0f;  // exact ties: v·127/127 = k + 0.5
+  for (int j = 1; j < 32; ++j) x[25 * 32 + j] = j + 0.5f;
+  std::vector<ActivationBlock> scalar(64), simd(64);
+  quantize_activations(x.data(), static_cast<int64_t>(x.size()), scalar.data());
+  ASSERT_TRUE(quantize_activations_avx2(x.data(), static_cast<int64_t>(x.size()), simd.data()));
+  for (int b = 0; b < 64; ++b) {
+    EXPECT_EQ(simd[b].d, scalar[b].d) << "block " << b;
+    EXPECT_EQ(simd[b].s, scalar[b].s) << "block " << b;
+    EXPECT_EQ(std::memcmp(simd[b].qs, scalar[b].qs, 32), 0) << "block " << b;
+  }
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    std::vector<float> y(64, 1.0f);
+    y[40] = bad;
+    EXPECT_FALSE(quantize_activations_avx2(y.data(), 64, simd.data()));
+    EXPECT_THROW(quantize_activations(y.data(), 64, scalar.data()), std::exception);
+    std::vector<uint8_t> w(dtype_row_bytes(DType::Q8_0, 64), 0);
+    std::vector<float> out(1);
+    EXPECT_THROW(linear_stored(y.data(), 1, 64, DType::Q8_0, w.data(), 1, nullptr, out.data()), std::exception);
+  }
+}
+
+class StoredLinearTest : public ::testing::TestWithParam<DType> {
+ protected:
+  bool is_half() const { return GetParam() == DType::F16 || GetParam() == DType::BF16; }
+};
+
+TEST_P(StoredLinearTest, EqualsDequantizedProductInDouble) {
+  const DType t = GetParam();
+  std::mt19937 rng(99);
+  const int64_t in = 512, out = 37, n = 3;
+  const std::vector<uint8_t> w = random_rows(t, out, in, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n * in), bias(out);
+  for (float& v : x) v = normal(rng);
+  for (float& v : bias) v = normal(rng);
+  std::vector<float> y(n * out);
+  linear_stored(x.data(), n, in, t, w.data(), out, bias.data(), y.data());
+
+  const size_t row_bytes = dtype_row_bytes(t, in);
+  std::vector<float> w_row(in);
+  std::vector<ActivationBlock> act(in / 32);
+  for (int64_t r = 0; r < n; ++r) {
+    quantize_activations(x.data() + r * in, in, act.data());
+    for (int64_t o = 0; o < out; ++o) {
+      dequantize_row(t, w.data() + o * row_bytes, w_row.data(), in);
+      double ref = bias[o], magnitude = std::fabs(bias[o]);
+      for (int64_t i = 0; i < in; ++i) {
+        const double a = is_half() ? double{x[r * in + i]} : double{act[i / 32].d} * act[i / 32].qs[i % 32];
+        ref += double{w_row[i]} * a;
+        magnitude += std::fabs(double{w_row[i]} * a);
+      }
+      // Offsets (Q4_1, Q4_K, Q5_K) multiply the fp16-rounded block sum, as ggml's Q8_1 does.
+      const bool offsets = t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K;
+      const double tol = 1e-5 * magnitude + (offsets ? 2e-3 * magnitude : 0.0);
+      EXPECT_NEAR(y[r * out + o], ref, tol) << "token " << r << " out " << o;
+    }
+  }
+}
+
+// Every tile shape (rows 1..4 against tokens 1..4, and the panel edges) equals the scalar
+// reference bit for bit, and every token's outputs equal those it gets alone.
+TEST_P(StoredLinearTest, SimdEqualsReferenceAndIsBatchInvariant) {
+  const DType t = GetParam();
+  std::mt19937 rng(7);
+  const int64_t in = is_half() ? 584 : 768, out = 53;  // 584: F16/BF16 rows with a tail past 8
+  const std::vector<uint8_t> w = random_rows(t, out, in, rng);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> bias(out);
+  for (float& v : bias) v = normal(rng);
+  for (int64_t n : {1, 2, 3, 5, 9}) {
+    std::vector<float> x(n * in);
+    for (float& v : x) v = normal(rng);
+    std::vector<float> simd(n * out), reference(n * out), alone(out);
+    linear_stored(x.data(), n, in, t, w.data(), out, bias.data(), simd.data());
+    linear_stored_reference(x.data(), n, in, t, w.data(), out, bias.data(), reference.data());
+    for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(simd[i], reference[i]) << "n " << n << " element " << i;
+    for (int64_t r = 0; r < n; ++r) {
+      linear_stored(x.data() + r * in, 1, in, t, w.data(), out, nullptr, alone.data());
+      for (int64_t o = 0; o < out; ++o) ASSERT_EQ(simd[r * out + o], alone[o] + bias[o]) << "n " << n << " token " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, StoredLinearTest,
+                         ::testing::Values(DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
+                                           DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(dtype_traits(info.param).name); });
+
+TEST(StoredLinear, RefusesWidthsThatAreNotWholeBlocks) {
+  std::vector<uint8_t> w(1024);
+  std::vector<float> x(300), y(1);
+  EXPECT_THROW(linear_stored(x.data(), 1, 288, DType::Q4_K, w.data(), 1, nullptr, y.data()), std::exception);
+  EXPECT_THROW(linear_stored(x.data(), 1, 48, DType::Q8_0, w.data(), 1, nullptr, y.data()), std::exception);
+  EXPECT_THROW(linear_stored(x.data(), 1, 64, DType::Q2_K, w.data(), 1, nullptr, y.data()), std::exception);
+}
+
+}  // namespace
+}  // namespace tq
