@@ -65,7 +65,9 @@ def test_eval_quant_is_at_the_papers_distortion(tqserve):
 
 def test_eval_kl_orders_modes_by_bits(tqserve, smollm2, tmp_path):
     plot = tmp_path / "kld.png"
-    out = json.loads(tqserve("eval", "kl", "--model", smollm2, "--text-file", GPL3, "--ctx", "128",
+    # fp32 weights isolate the KV cache's error (docs/FIDELITY.md); stored weights' 8-bit activations add
+    # their own: f16 KV then differs from f32 KV by a KLD near 0.008 here.
+    out = json.loads(tqserve("eval", "kl", "--model", smollm2, "--dequantize-weights", "--text-file", GPL3, "--ctx", "128",
                              "--max-windows", "2", "--kv-cache-dtype", "f16,q8_0,tq4,tq2", "--plot", plot,
                              "--json").stdout)
     assert out["reference"] == "f32" and out["tokens"] == 2 * 63
