@@ -43,6 +43,10 @@ void check_args(const CodedAttentionArgs& a) {
   check_coded_row_format(a.k.format);
   check_coded_row_format(a.v.format);
   if (a.n_ctx < 0) fail("coded attention: n_ctx {} is negative", a.n_ctx);
+  if (a.ctx_begin < 0 || a.ctx_begin > a.n_ctx)
+    fail("coded attention: ctx_begin {} is not within 0..n_ctx ({})", a.ctx_begin, a.n_ctx);
+  if ((a.partial_max == nullptr) != (a.partial_sum == nullptr))
+    fail("coded attention: partial_max and partial_sum come together");
   if (a.n_ctx > 0 && a.block_size <= 0) fail("coded attention: block_size {} must be positive", a.block_size);
   if (!a.q || !a.out || (a.n_ctx > 0 && (!a.block_table || !a.k.base || !a.v.base))) {
     fail("coded attention: a required pointer argument is null");
@@ -71,6 +75,20 @@ inline void load_row(const CodedAttentionArgs& a, bool key, int t, int g, RowDec
   decode(rows.format, row_ptr(rows, a.block_table[t / a.block_size], g, t % a.block_size), out);
 }
 
+// Rows t0 .. t0 + n - 1 of KV head g of one side into rows[0 .. n): a run of rows inside one
+// block is decoded with one call; exact rows and runs across blocks go row by row.
+inline void load_tile(const CodedAttentionArgs& a, bool key, int t0, int n, int g, float (*rows)[kMaxHeadDim]) {
+  const CodedPagedRows& pages = key ? a.k : a.v;
+  const int offset = t0 % a.block_size;
+  const bool exact = a.exact_from >= 0 && t0 + n > a.exact_from;
+  if (!exact && offset + n <= a.block_size) {
+    decode_coded_rows_avx2(pages.format, row_ptr(pages, a.block_table[t0 / a.block_size], g, offset), pages.row_stride,
+                           n, rows[0], kMaxHeadDim);
+    return;
+  }
+  for (int i = 0; i < n; ++i) load_row(a, key, t0 + i, g, decode_coded_row_avx2, rows[i]);
+}
+
 }  // namespace
 
 namespace {
@@ -87,7 +105,7 @@ void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
     std::fill(running_sum, running_sum + group, 0.0f);
-    for (int t = 0; t < a.n_ctx; ++t) {
+    for (int t = a.ctx_begin; t < a.n_ctx; ++t) {
       // Decode the K row once for the whole group.
       load_row(a, true, t, g, decode, k_row);
       for (int h = 0; h < group; ++h) {
@@ -116,6 +134,12 @@ void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
     }
     for (int h = 0; h < group; ++h) {
       float* out = a.out + (size_t(g) * group + h) * d;
+      if (a.partial_max) {  // unnormalized, for combine_attention_parts
+        a.partial_max[g * group + h] = running_max[h];
+        a.partial_sum[g * group + h] = running_sum[h];
+        std::copy(acc.begin() + size_t(h) * d, acc.begin() + size_t(h + 1) * d, out);
+        continue;
+      }
       const float inv = running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f;
       for (int j = 0; j < d; ++j) out[j] = acc[size_t(h) * d + j] * inv;
     }
@@ -129,6 +153,27 @@ void paged_attention_coded_scalar(const CodedAttentionArgs& a) {
   attention_scalar_loop(a, decode_coded_row_scalar);
 }
 
+void combine_attention_parts(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
+                             const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out) {
+  for (int h = 0; h < n_heads; ++h) {
+    float top = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < n_parts; ++p) top = std::max(top, part_max[p * stat_stride + h]);
+    float* o = out + size_t(h) * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    float total = 0;
+    for (int p = 0; p < n_parts; ++p) {
+      const float m = part_max[p * stat_stride + h];
+      if (m == -std::numeric_limits<float>::infinity()) continue;  // an empty part
+      const float w = std::exp(m - top);
+      total += w * part_sum[p * stat_stride + h];
+      const float* po = part_out + p * out_stride + size_t(h) * head_dim;
+      for (int j = 0; j < head_dim; ++j) o[j] += w * po[j];
+    }
+    const float inv = total > 0 ? 1.0f / total : 0.0f;
+    for (int j = 0; j < head_dim; ++j) o[j] *= inv;
+  }
+}
+
 #if TQ_HAVE_X86
 
 namespace {
@@ -136,6 +181,14 @@ namespace {
 #define TQ_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TQ_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
+// Both AVX2 kernels walk the context in tiles of kTile positions: the tile's K rows are decoded
+// and scored for every query head of the group, its V rows decoded once, and then each head's
+// accumulator (acc: [group, d]) is updated a column chunk at a time, held in registers across
+// the whole tile instead of being loaded and stored once per row.
+constexpr int kTile = 8;
+constexpr int kChunk = 64;  // accumulator columns held in registers (8 vectors)
+
+// All 8 lanes' sum.
 TQ_AVX2_INLINE float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -143,58 +196,134 @@ TQ_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// d % 8 == 0.
-TQ_AVX2_INLINE float dot_avx2(const float* a, const float* b, int d) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int j = 0;
-  for (; j + 32 <= d; j += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
-  }
-  for (; j < d; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-  return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+TQ_AVX2_INLINE float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
+// exp(x) in 8 lanes for x <= 0 (the kernels only take exps of score - max): x = n ln2 + r with
+// |r| <= ln2/2, exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n built in the
+// exponent bits. Below -87.3 (and -inf) it gives 0 rather than a denormal.
+TQ_AVX2_INLINE __m256 exp_nonpositive(__m256 x) {
+  const __m256 lowest = _mm256_set1_ps(-87.3f);
+  const __m256 underflow = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lowest);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(two_n)));
+}
+
+// Lane i = the full sum of v[i]'s 8 lanes.
+TQ_AVX2_INLINE __m256 transpose_sums(const __m256 v[8]) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Scores q . k_rows[i] * scale of a tile's n positions in lanes 0..n-1; lanes n..7 are -inf
+// (rows n..7 must hold finite values: the caller zeroes them). d % 8 == 0.
+TQ_AVX2_INLINE __m256 tile_scores(const float* q, const float (*k_rows)[kMaxHeadDim], int n, int d, float scale) {
+  __m256 dot[kTile];
+#pragma GCC unroll 8
+  for (int i = 0; i < kTile; ++i) dot[i] = _mm256_setzero_ps();
+  for (int j = 0; j < d; j += 8) {
+    const __m256 qj = _mm256_loadu_ps(q + j);
+#pragma GCC unroll 8
+    for (int i = 0; i < kTile; ++i) dot[i] = _mm256_fmadd_ps(qj, _mm256_load_ps(k_rows[i] + j), dot[i]);
+  }
+  const __m256 s = _mm256_mul_ps(transpose_sums(dot), _mm256_set1_ps(scale));
+  if (n == kTile) return s;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+  return _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), s, live);
+}
+
+// acc[0, 8 * V) = acc * correction (when rescale) + sum_i p[i] * v_rows[i][0, 8 * V), FMA.
+template <int V>
+TQ_AVX2_INLINE void accumulate_chunk(float* acc, bool rescale, float correction, const float* p,
+                                     const float (*v_rows)[kMaxHeadDim], int col, int n) {
+  __m256 r[V];
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) r[u] = _mm256_loadu_ps(acc + 8 * u);
+  if (rescale) {
+    const __m256 c = _mm256_set1_ps(correction);
+#pragma GCC unroll 8
+    for (int u = 0; u < V; ++u) r[u] = _mm256_mul_ps(r[u], c);
+  }
+  for (int i = 0; i < n; ++i) {
+    const __m256 w = _mm256_set1_ps(p[i]);
+#pragma GCC unroll 8
+    for (int u = 0; u < V; ++u) r[u] = _mm256_fmadd_ps(w, _mm256_load_ps(v_rows[i] + col + 8 * u), r[u]);
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) _mm256_storeu_ps(acc + 8 * u, r[u]);
+}
+
+// The AVX2 kernel: per tile, one running-max update and one rescale per head, the tile's
+// weights exp'd 8 at a time, dot products and the weighted sum with FMA.
 TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
   const int d = a.head_dim;
   const int group = a.n_q_heads / a.n_kv_heads;
-  alignas(32) float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
-  float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
+  alignas(32) float k_rows[kTile][kMaxHeadDim], v_rows[kTile][kMaxHeadDim];
+  alignas(32) float p[kTile];
+  float running_max[kMaxGroup], running_sum[kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
     std::fill(running_sum, running_sum + group, 0.0f);
-    for (int t = 0; t < a.n_ctx; ++t) {
-      load_row(a, true, t, g, decode_coded_row_avx2, k_row);
-      for (int h = 0; h < group; ++h) score[h] = dot_avx2(q_group + size_t(h) * d, k_row, d) * a.scale;
-      load_row(a, false, t, g, decode_coded_row_avx2, v_row);
+    for (int t0 = a.ctx_begin; t0 < a.n_ctx; t0 += kTile) {
+      const int n = std::min(kTile, a.n_ctx - t0);
+      load_tile(a, true, t0, n, g, k_rows);
+      for (int i = n; i < kTile; ++i) std::fill(k_rows[i], k_rows[i] + d, 0.0f);  // a short last tile
+      load_tile(a, false, t0, n, g, v_rows);
       for (int h = 0; h < group; ++h) {
+        const __m256 s = tile_scores(q_group + size_t(h) * d, k_rows, n, d, a.scale);
+        const float new_max = std::max(running_max[h], hmax(s));
+        // A higher maximum rescales what has been accumulated (from -inf: by 0, on nothing).
+        const bool rescale = new_max > running_max[h];
+        const float correction = rescale ? std::exp(running_max[h] - new_max) : 1.0f;
+        const __m256 w = exp_nonpositive(_mm256_sub_ps(s, _mm256_set1_ps(new_max)));
+        _mm256_store_ps(p, w);
+        running_sum[h] = running_sum[h] * correction + hsum(w);
+        running_max[h] = new_max;
         float* acc_h = acc.data() + size_t(h) * d;
-        if (score[h] > running_max[h]) {
-          // New maximum: rescale what has been accumulated so far; this row gets weight 1.
-          const float correction = std::exp(running_max[h] - score[h]);
-          running_sum[h] = running_sum[h] * correction + 1.0f;
-          running_max[h] = score[h];
-          const __m256 c = _mm256_set1_ps(correction);
-          for (int j = 0; j < d; j += 8) {
-            _mm256_storeu_ps(acc_h + j, _mm256_fmadd_ps(_mm256_loadu_ps(acc_h + j), c, _mm256_load_ps(v_row + j)));
-          }
-        } else {
-          const float weight = std::exp(score[h] - running_max[h]);
-          running_sum[h] += weight;
-          const __m256 w = _mm256_set1_ps(weight);
-          for (int j = 0; j < d; j += 8) {
-            _mm256_storeu_ps(acc_h + j, _mm256_fmadd_ps(w, _mm256_load_ps(v_row + j), _mm256_loadu_ps(acc_h + j)));
-          }
+        int col = 0;
+        for (; col + kChunk <= d; col += kChunk) accumulate_chunk<8>(acc_h + col, rescale, correction, p, v_rows, col, n);
+        switch ((d - col) / 8) {
+          case 7: accumulate_chunk<7>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 6: accumulate_chunk<6>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 5: accumulate_chunk<5>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 4: accumulate_chunk<4>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 3: accumulate_chunk<3>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 2: accumulate_chunk<2>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          case 1: accumulate_chunk<1>(acc_h + col, rescale, correction, p, v_rows, col, n); break;
+          default: break;
         }
       }
     }
     for (int h = 0; h < group; ++h) {
       float* out = a.out + (size_t(g) * group + h) * d;
+      if (a.partial_max) {  // unnormalized, for combine_attention_parts
+        a.partial_max[g * group + h] = running_max[h];
+        a.partial_sum[g * group + h] = running_sum[h];
+        std::copy(acc.begin() + size_t(h) * d, acc.begin() + size_t(h + 1) * d, out);
+        continue;
+      }
       const __m256 inv = _mm256_set1_ps(running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f);
       for (int j = 0; j < d; j += 8) {
         _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(acc.data() + size_t(h) * d + j), inv));
@@ -208,10 +337,12 @@ TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
 // the accumulator update is elementwise. No FMA is enabled here, so no multiply-add is fused
 // (the plain loop rounds the product and the sum separately).
 #define TQ_EXACT __attribute__((target("avx2,f16c")))
+#define TQ_EXACT_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline
 
 // 8x8 transpose: out[j][i] = in[i][j] for a tile starting at column c of 8 rows.
-TQ_EXACT inline void transpose8(const float (*rows)[kMaxHeadDim], int c, float (*out)[8]) {
+TQ_EXACT_INLINE void transpose8(const float (*rows)[kMaxHeadDim], int c, float (*out)[8]) {
   __m256 r[8];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) r[i] = _mm256_load_ps(rows[i] + c);
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -232,33 +363,58 @@ TQ_EXACT inline void transpose8(const float (*rows)[kMaxHeadDim], int c, float (
 }
 
 // Scores of 8 positions (k_cols: [d][8], transposed K rows) for H query heads at once
-// (q: [H, d]) into score[i][h0 + u]. Each head's lanes sum over j in order, as the plain loop
+// (q: [H, d]) into score[h0 + u][i]. Each head's lanes sum over j in order, as the plain loop
 // does; running the H heads' sums side by side only hides the add latency.
 template <int H>
-TQ_EXACT inline void scores8(const float* q, int d, const float (*k_cols)[8], __m256 scale, int h0,
-                             float (*score)[kMaxGroup]) {
+TQ_EXACT_INLINE void scores8(const float* q, int d, const float (*k_cols)[8], __m256 scale, int h0,
+                             float (*score)[kTile]) {
   __m256 dot[H];
+#pragma GCC unroll 8
   for (int u = 0; u < H; ++u) dot[u] = _mm256_setzero_ps();
   for (int j = 0; j < d; ++j) {
     const __m256 k = _mm256_load_ps(k_cols[j]);
+#pragma GCC unroll 8
     for (int u = 0; u < H; ++u) dot[u] = _mm256_add_ps(dot[u], _mm256_mul_ps(_mm256_set1_ps(q[size_t(u) * d + j]), k));
   }
-  alignas(32) float lanes[8];
-  for (int u = 0; u < H; ++u) {
-    _mm256_store_ps(lanes, _mm256_mul_ps(dot[u], scale));
-    for (int i = 0; i < 8; ++i) score[i][h0 + u] = lanes[i];
+#pragma GCC unroll 8
+  for (int u = 0; u < H; ++u) _mm256_storeu_ps(score[h0 + u], _mm256_mul_ps(dot[u], scale));
+}
+
+// The plain loop's per-row update of acc[0, 8 * V) for rows 0..n-1 of a tile, in row order:
+// rows whose score raised the running maximum first multiply acc by their correction, then
+// every row adds weight * v (a rounded product, then a rounded sum).
+template <int V>
+TQ_EXACT_INLINE void accumulate_chunk_exact(float* acc, const bool* rescale, const float* correction,
+                                            const float* weight, const float (*v_rows)[kMaxHeadDim], int col,
+                                            int n) {
+  __m256 r[V];
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) r[u] = _mm256_loadu_ps(acc + 8 * u);
+  for (int i = 0; i < n; ++i) {
+    if (rescale[i]) {
+      const __m256 c = _mm256_set1_ps(correction[i]);
+#pragma GCC unroll 8
+      for (int u = 0; u < V; ++u) r[u] = _mm256_mul_ps(r[u], c);
+    }
+    const __m256 w = _mm256_set1_ps(weight[i]);
+#pragma GCC unroll 8
+    for (int u = 0; u < V; ++u) r[u] = _mm256_add_ps(r[u], _mm256_mul_ps(w, _mm256_load_ps(v_rows[i] + col + 8 * u)));
   }
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) _mm256_storeu_ps(acc + 8 * u, r[u]);
 }
 
 // d % 8 == 0.
 TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
   const int d = a.head_dim;
   const int group = a.n_q_heads / a.n_kv_heads;
-  alignas(32) float k_rows[8][kMaxHeadDim];
-  alignas(32) float k_cols[kMaxHeadDim][8];
-  alignas(32) float v_row[kMaxHeadDim];
+  alignas(32) float k_rows[kTile][kMaxHeadDim];
+  alignas(32) float k_cols[kMaxHeadDim][kTile];
+  alignas(32) float v_rows[kTile][kMaxHeadDim];
   float running_max[kMaxGroup], running_sum[kMaxGroup];
-  float score[8][kMaxGroup];
+  float score[kMaxGroup][kTile];
+  bool rescale[kTile];
+  float correction[kTile], weight[kTile];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
@@ -266,12 +422,11 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
     std::fill(running_sum, running_sum + group, 0.0f);
-    for (int t0 = 0; t0 < a.n_ctx; t0 += 8) {
-      const int n = std::min(8, a.n_ctx - t0);
-      for (int i = 0; i < n; ++i) {
-        load_row(a, true, t0 + i, g, decode_coded_row_avx2, k_rows[i]);
-      }
-      if (n == 8) {
+    for (int t0 = 0; t0 < a.n_ctx; t0 += kTile) {
+      const int n = std::min(kTile, a.n_ctx - t0);
+      load_tile(a, true, t0, n, g, k_rows);
+      load_tile(a, false, t0, n, g, v_rows);
+      if (n == kTile) {
         for (int c = 0; c < d; c += 8) transpose8(k_rows, c, k_cols);
         for (int h = 0; h < group; h += 4) {
           switch (std::min(4, group - h)) {
@@ -287,28 +442,38 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
             const float* q = q_group + size_t(h) * d;
             float dot = 0;
             for (int j = 0; j < d; ++j) dot += q[j] * k_rows[i][j];
-            score[i][h] = dot * a.scale;
+            score[h][i] = dot * a.scale;
           }
       }
-      for (int i = 0; i < n; ++i) {
-        load_row(a, false, t0 + i, g, decode_coded_row_avx2, v_row);
-        for (int h = 0; h < group; ++h) {
-          float* acc_h = acc.data() + size_t(h) * d;
-          float weight;
-          if (score[i][h] > running_max[h]) {
-            const float correction = std::exp(running_max[h] - score[i][h]);
-            running_sum[h] *= correction;
-            const __m256 c = _mm256_set1_ps(correction);
-            for (int j = 0; j < d; j += 8) _mm256_storeu_ps(acc_h + j, _mm256_mul_ps(_mm256_loadu_ps(acc_h + j), c));
-            running_max[h] = score[i][h];
-            weight = 1.0f;
+      for (int h = 0; h < group; ++h) {
+        // The running maximum and sum row by row, exactly as the plain loop; what each row does
+        // to the accumulator is recorded and applied below, a column chunk at a time.
+        for (int i = 0; i < n; ++i) {
+          const float s = score[h][i];
+          rescale[i] = s > running_max[h];
+          if (rescale[i]) {
+            correction[i] = std::exp(running_max[h] - s);
+            running_sum[h] *= correction[i];
+            running_max[h] = s;
+            weight[i] = 1.0f;
           } else {
-            weight = std::exp(score[i][h] - running_max[h]);
+            weight[i] = std::exp(s - running_max[h]);
           }
-          running_sum[h] += weight;
-          const __m256 w = _mm256_set1_ps(weight);
-          for (int j = 0; j < d; j += 8)
-            _mm256_storeu_ps(acc_h + j, _mm256_add_ps(_mm256_loadu_ps(acc_h + j), _mm256_mul_ps(w, _mm256_load_ps(v_row + j))));
+          running_sum[h] += weight[i];
+        }
+        float* acc_h = acc.data() + size_t(h) * d;
+        int col = 0;
+        for (; col + kChunk <= d; col += kChunk)
+          accumulate_chunk_exact<8>(acc_h + col, rescale, correction, weight, v_rows, col, n);
+        switch ((d - col) / 8) {
+          case 7: accumulate_chunk_exact<7>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 6: accumulate_chunk_exact<6>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 5: accumulate_chunk_exact<5>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 4: accumulate_chunk_exact<4>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 3: accumulate_chunk_exact<3>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 2: accumulate_chunk_exact<2>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 1: accumulate_chunk_exact<1>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          default: break;
         }
       }
     }
@@ -326,6 +491,8 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
 
 void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& a) {
   check_args(a);
+  if (a.ctx_begin != 0 || a.partial_max)
+    fail("coded attention: the FP path's kernel attends the whole context in one part");
   if (a.head_dim % 8 == 0 && coded_row_avx2_available(a.k.format) && coded_row_avx2_available(a.v.format)) {
     attention_exact_avx2_impl(a);
   } else {

@@ -50,7 +50,23 @@ struct CodedAttentionArgs {
   // whatever the range, so callers may split heads across threads without changing a result.
   int kv_head_begin = 0;
   int kv_head_end = -1;
+  // Split context (flash-decoding): only positions [ctx_begin, n_ctx) are attended. With
+  // `partial_max` set, the kernel leaves the softmax unnormalized so that parts can be combined
+  // (combine_attention_parts): out[h] = sum_i exp(s_i - partial_max[h]) v_i and
+  // partial_sum[h] = sum_i exp(s_i - partial_max[h]), where partial_max[h] is the part's
+  // highest score. paged_attention_coded_scalar_fast_decode (the FP path) takes neither.
+  int ctx_begin = 0;
+  float* partial_max = nullptr;  // [n_q_heads] (entries of the KV head range written)
+  float* partial_sum = nullptr;  // [n_q_heads]
 };
+
+// Combines n_parts unnormalized parts of the same query heads (each from a kernel call with
+// partial_max/partial_sum, over disjoint position ranges) into the attention output:
+// out[h] = sum_p exp(max_p[h] - M) out_p[h] / sum_p exp(max_p[h] - M) sum_p[h], M = max_p max_p[h].
+// Part p's heads are part_out + p * out_stride: [n_heads, head_dim], and its statistics
+// part_max / part_sum + p * stat_stride: [n_heads]; out: [n_heads, head_dim].
+void combine_attention_parts(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
+                             const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out);
 
 // The best kernel for this CPU (runtime dispatch: AVX2+FMA+F16C when available, else scalar).
 void paged_attention_coded(const CodedAttentionArgs& args);

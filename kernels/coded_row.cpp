@@ -194,15 +194,24 @@ TqDecodeFn tq_decoder(int bits, int d) {
   return nullptr;
 }
 
-TQ_AVX2 void decode_tq_part(const uint8_t* codes, int d, int bits, const float* levels, float scale, float* out) {
-  if (TqDecodeFn fn = tq_decoder(bits, d)) {
-    alignas(32) float lv[16] = {};
-    std::memcpy(lv, levels, sizeof(float) << bits);
-    fn(codes, d, lv, scale, out);
-  } else {
-    decode_tq_scalar(codes, d, bits, levels, scale, out);
+// Decodes the d codes of one TurboQuant part (scale * levels[idx]); the decoder and its aligned
+// copy of the codebook are set up once for any number of rows.
+struct TqPartDecoder {
+  int d, bits;
+  const float* levels;
+  TqDecodeFn fn;
+  alignas(32) float lv[16] = {};
+  TqPartDecoder(int d_, int bits_, const float* levels_) : d(d_), bits(bits_), levels(levels_), fn(tq_decoder(bits_, d_)) {
+    if (fn) std::memcpy(lv, levels, sizeof(float) << bits);
   }
-}
+  TQ_AVX2 void operator()(const uint8_t* codes, float scale, float* out) const {
+    if (fn) {
+      fn(codes, d, lv, scale, out);
+    } else {
+      decode_tq_scalar(codes, d, bits, levels, scale, out);
+    }
+  }
+};
 
 TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
   for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes, out += kBlock) {
@@ -259,23 +268,46 @@ bool cpu_has_avx2() {
 bool coded_row_avx2_available(const CodedRowFormat& f) { return cpu_has_avx2() && f.dim > 0 && f.dim % 8 == 0; }
 
 void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out) {
+  decode_coded_rows_avx2(f, row, 0, 1, out, 0);
+}
+
+void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
+                            size_t out_stride) {
   const int d = f.dim;
+  // One dispatch (and for TurboQuant one codebook set-up) for all n rows.
   switch (f.codec) {
     case RowCodec::F32:
-      std::memcpy(out, row, sizeof(float) * d);
+      for (int i = 0; i < n; ++i) std::memcpy(out + i * out_stride, first + i * row_stride, sizeof(float) * d);
       return;
-    case RowCodec::BF16: decode_bf16(row, d, out); return;
-    case RowCodec::F16: decode_f16(row, d, out); return;
-    case RowCodec::Q8_0: decode_q8_0(row, d, out); return;
-    case RowCodec::Q4_0: decode_q4_0(row, d, out); return;
-    case RowCodec::TQ:
-      decode_tq_part(row, d, f.bits, f.levels, load_f32(row + codes_bytes(d, f.bits)), out);
+    case RowCodec::BF16:
+      for (int i = 0; i < n; ++i) decode_bf16(first + i * row_stride, d, out + i * out_stride);
       return;
+    case RowCodec::F16:
+      for (int i = 0; i < n; ++i) decode_f16(first + i * row_stride, d, out + i * out_stride);
+      return;
+    case RowCodec::Q8_0:
+      for (int i = 0; i < n; ++i) decode_q8_0(first + i * row_stride, d, out + i * out_stride);
+      return;
+    case RowCodec::Q4_0:
+      for (int i = 0; i < n; ++i) decode_q4_0(first + i * row_stride, d, out + i * out_stride);
+      return;
+    case RowCodec::TQ: {
+      const TqPartDecoder part(d, f.bits, f.levels);
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        part(row, load_f32(row + codes_bytes(d, f.bits)), out + i * out_stride);
+      }
+      return;
+    }
     case RowCodec::TQ_SPLIT: {
       const int h = d / 2;
       const size_t hi_bytes = codes_bytes(h, f.bits), codes = hi_bytes + codes_bytes(h, f.bits_lo);
-      decode_tq_part(row, h, f.bits, f.levels, load_f16(row + codes), out);
-      decode_tq_part(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
+      const TqPartDecoder high(h, f.bits, f.levels), low(h, f.bits_lo, f.levels_lo);
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        high(row, load_f16(row + codes), out + i * out_stride);
+        low(row + hi_bytes, load_f16(row + codes + 2), out + i * out_stride + h);
+      }
       return;
     }
   }
@@ -286,6 +318,10 @@ void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* o
 bool coded_row_avx2_available(const CodedRowFormat&) { return false; }
 void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out) {
   decode_coded_row_scalar(f, row, out);
+}
+void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
+                            size_t out_stride) {
+  for (int i = 0; i < n; ++i) decode_coded_row_scalar(f, first + i * row_stride, out + i * out_stride);
 }
 
 #endif

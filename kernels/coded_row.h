@@ -39,5 +39,9 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
 // one rounded product (level * scale, q * d) or an exact conversion either way.
 bool coded_row_avx2_available(const CodedRowFormat& f);
 void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* out);
+// n rows, row i at first + i * row_stride, into out + i * out_stride: the same values with the
+// per-format set-up done once.
+void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
+                            size_t out_stride);
 
 }  // namespace tq

@@ -140,12 +140,43 @@ void linear_stored_reference(const float* x, int64_t n, int64_t in, DType t, con
 
 void linear_stored(const float* x, int64_t n, int64_t in, DType t, const uint8_t* w, int64_t out, const float* bias,
                    float* y) {
-  if (!kHaveAvx2) return linear_stored_reference(x, n, in, t, w, out, bias, y);
-  check_shapes(in, t);
-  const size_t row_bytes = dtype_row_bytes(t, in);
-  if (is_half(t)) return linear_half_avx2(t, x, n, in, w, row_bytes, out, bias, y);
-  const std::vector<ActivationBlock> act = quantize_rows(x, n, in, true);
-  linear_slices_avx2(t, act.data(), n, in / kSlice, w, row_bytes, out, bias, y);
+  const StoredProduct product{t, w, out, bias, y};
+  linear_stored_many(x, n, in, &product, 1);
+}
+
+void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProduct* products, int count) {
+  if (!kHaveAvx2) {
+    for (int i = 0; i < count; ++i) {
+      const StoredProduct& p = products[i];
+      linear_stored_reference(x, n, in, p.type, p.w, p.out, p.bias, p.y);
+    }
+    return;
+  }
+  bool any_blocks = false;
+  std::vector<int64_t> first_panel(static_cast<size_t>(count) + 1, 0);  // [count + 1]
+  for (int i = 0; i < count; ++i) {
+    check_shapes(in, products[i].type);
+    any_blocks = any_blocks || !is_half(products[i].type);
+    first_panel[i + 1] = first_panel[i] + (products[i].out + kStoredPanelRows - 1) / kStoredPanelRows;
+  }
+  std::vector<ActivationBlock> act;
+  if (any_blocks) act = quantize_rows(x, n, in, true);  // once for every product
+  const int64_t n_slices = in / kSlice;
+  // One parallel loop over every product's panels: one fork and one join for all of them.
+#pragma omp parallel for schedule(static)
+  for (int64_t panel = 0; panel < first_panel[count]; ++panel) {
+    int i = 0;
+    while (panel >= first_panel[i + 1]) ++i;
+    const StoredProduct& p = products[i];
+    const int64_t local = panel - first_panel[i];
+    const size_t row_bytes = dtype_row_bytes(p.type, in);
+    if (is_half(p.type)) {
+      linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, local, local + 1);
+    } else {
+      linear_slices_avx2_panels(p.type, act.data(), n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, local,
+                                local + 1);
+    }
+  }
 }
 
 }  // namespace tq

@@ -29,6 +29,18 @@ bool has_stored_linear(DType weight_type);
 // them (chosen at run time), else the reference.
 void linear_stored(const float* x, int64_t n, int64_t in, DType weight_type, const uint8_t* w, int64_t out,
                    const float* bias, float* y);
+// One product of linear_stored_many(): y: [n, out] = x · wᵀ + bias, w stored as `type`.
+struct StoredProduct {
+  DType type;
+  const uint8_t* w;
+  int64_t out;
+  const float* bias;  // [out] or nullptr
+  float* y;
+};
+// Several products of the same input x: [n, in] (q, k and v; gate and up), each output exactly
+// what linear_stored() alone gives. The activations are quantized once and all the products'
+// rows are shared out among the threads in one parallel loop.
+void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProduct* products, int count);
 // The same arithmetic in plain C++, one output element at a time: what the SIMD kernels are
 // tested to equal bit for bit.
 void linear_stored_reference(const float* x, int64_t n, int64_t in, DType weight_type, const uint8_t* w, int64_t out,

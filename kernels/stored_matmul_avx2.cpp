@@ -216,19 +216,17 @@ void half_tile(const uint8_t* w, size_t row_bytes, const float* x, int64_t in, i
 }
 
 // The tile shapes used: 4 rows × 1 token for decode (independent FMA chains to hide latency),
-// 2 rows × 4 tokens for batches (8 accumulators reuse each unpacked slice four times).
+// 2 rows × 4 tokens for batches (8 accumulators reuse each unpacked slice four times). Panels
+// [p_begin, p_end) of kStoredPanelRows rows, on the calling thread.
 template <class Tile>
-void run_panels(int64_t n, int64_t out, const Tile& tile) {
-  constexpr int64_t kPanel = 16;  // rows per work item: a panel's slices stay in L1 across tokens
-  const int64_t panels = (out + kPanel - 1) / kPanel;
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t o_end = (p + 1) * kPanel < out ? (p + 1) * kPanel : out;
+void run_panels(int64_t n, int64_t out, int64_t p_begin, int64_t p_end, const Tile& tile) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t o_end = (p + 1) * kStoredPanelRows < out ? (p + 1) * kStoredPanelRows : out;
     if (n == 1) {
-      for (int64_t o = p * kPanel; o < o_end; o += 4) tile.template operator()<4, 1>(o, 0, o_end - o, 1);
+      for (int64_t o = p * kStoredPanelRows; o < o_end; o += 4) tile.template operator()<4, 1>(o, 0, o_end - o, 1);
     } else {
       for (int64_t t = 0; t < n; t += 4)
-        for (int64_t o = p * kPanel; o < o_end; o += 2) tile.template operator()<2, 4>(o, t, o_end - o, n - t);
+        for (int64_t o = p * kStoredPanelRows; o < o_end; o += 2) tile.template operator()<2, 4>(o, t, o_end - o, n - t);
     }
   }
 }
@@ -247,26 +245,26 @@ void shaped(int64_t rows_left, int64_t tokens_left, const F& tile_fn) {
 
 template <class W>
 void run_slices(const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w, size_t row_bytes,
-                int64_t out, const float* bias, float* y) {
+                int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
     shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
       slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out, bias ? bias + o : nullptr,
                             y + t * out + o);
     });
   };
-  run_panels(n, out, tile);
+  run_panels(n, out, p_begin, p_end, tile);
 }
 
 template <bool kBf16>
 void run_half(const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes, int64_t out,
-              const float* bias, float* y) {
+              const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
     shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
       half_tile<kBf16, R2, T2>(w + o * row_bytes, row_bytes, x + t * in, in, out, bias ? bias + o : nullptr,
                                y + t * out + o);
     });
   };
-  run_panels(n, out, tile);
+  run_panels(n, out, p_begin, p_end, tile);
 }
 
 }  // namespace
@@ -307,23 +305,26 @@ bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock*
   return true;
 }
 
-void linear_slices_avx2(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w,
-                        size_t row_bytes, int64_t out, const float* bias, float* y) {
+void linear_slices_avx2_panels(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w,
+                               size_t row_bytes, int64_t out, const float* bias, float* y, int64_t p_begin,
+                               int64_t p_end) {
+#define TQ_RUN(W) return run_slices<W>(act, n, n_slices, w, row_bytes, out, bias, y, p_begin, p_end)
   switch (t) {
-    case DType::Q8_0: return run_slices<Q8_0>(act, n, n_slices, w, row_bytes, out, bias, y);
-    case DType::Q4_0: return run_slices<Q4_0>(act, n, n_slices, w, row_bytes, out, bias, y);
-    case DType::Q4_1: return run_slices<Q4_1>(act, n, n_slices, w, row_bytes, out, bias, y);
-    case DType::Q4_K: return run_slices<Q45_K<false>>(act, n, n_slices, w, row_bytes, out, bias, y);
-    case DType::Q5_K: return run_slices<Q45_K<true>>(act, n, n_slices, w, row_bytes, out, bias, y);
-    case DType::Q6_K: return run_slices<Q6_K>(act, n, n_slices, w, row_bytes, out, bias, y);
+    case DType::Q8_0: TQ_RUN(Q8_0);
+    case DType::Q4_0: TQ_RUN(Q4_0);
+    case DType::Q4_1: TQ_RUN(Q4_1);
+    case DType::Q4_K: TQ_RUN(Q45_K<false>);
+    case DType::Q5_K: TQ_RUN(Q45_K<true>);
+    case DType::Q6_K: TQ_RUN(Q6_K);
     default: return;  // linear_stored() checked the type
   }
+#undef TQ_RUN
 }
 
-void linear_half_avx2(DType t, const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes, int64_t out,
-                      const float* bias, float* y) {
-  if (t == DType::BF16) return run_half<true>(x, n, in, w, row_bytes, out, bias, y);
-  run_half<false>(x, n, in, w, row_bytes, out, bias, y);
+void linear_half_avx2_panels(DType t, const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes,
+                             int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
+  if (t == DType::BF16) return run_half<true>(x, n, in, w, row_bytes, out, bias, y, p_begin, p_end);
+  run_half<false>(x, n, in, w, row_bytes, out, bias, y, p_begin, p_end);
 }
 
 }  // namespace tq

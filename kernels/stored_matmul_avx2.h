@@ -14,11 +14,18 @@ struct ActivationBlock;
 // when x holds an infinity or NaN.
 bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock* blocks);
 
+// Output rows are computed in panels of kStoredPanelRows (the last one shorter); these compute
+// panels [p_begin, p_end) of one product on the calling thread, so that the caller can share
+// out the panels of one or several products among its threads.
+constexpr int64_t kStoredPanelRows = 16;  // a panel's slices stay in L1 across a batch's tokens
+
 // act: [n, n_slices] quantized activations; w: [out] rows of row_bytes; y: [n, out].
-void linear_slices_avx2(DType weight_type, const ActivationBlock* act, int64_t n, int64_t n_slices,
-                        const uint8_t* w, size_t row_bytes, int64_t out, const float* bias, float* y);
+void linear_slices_avx2_panels(DType weight_type, const ActivationBlock* act, int64_t n, int64_t n_slices,
+                               const uint8_t* w, size_t row_bytes, int64_t out, const float* bias, float* y,
+                               int64_t p_begin, int64_t p_end);
 // F16/BF16 rows. x: [n, in]; w: [out] rows of row_bytes; y: [n, out].
-void linear_half_avx2(DType weight_type, const float* x, int64_t n, int64_t in, const uint8_t* w, size_t row_bytes,
-                      int64_t out, const float* bias, float* y);
+void linear_half_avx2_panels(DType weight_type, const float* x, int64_t n, int64_t in, const uint8_t* w,
+                             size_t row_bytes, int64_t out, const float* bias, float* y, int64_t p_begin,
+                             int64_t p_end);
 
 }  // namespace tq

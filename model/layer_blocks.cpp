@@ -1,6 +1,8 @@
 #include "model/layer_blocks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/activation.h"
 #include "kernels/attention_coded.h"
@@ -16,9 +18,7 @@ void norm_input(LayerContext& c, const std::vector<float>& weight) {
 
 void project_qkv(LayerContext& c) {
   const int T = c.batch.size();
-  apply_linear(c.w.wq, c.buf.h.data(), T, c.buf.q.data());
-  apply_linear(c.w.wk, c.buf.h.data(), T, c.buf.k.data());
-  apply_linear(c.w.wv, c.buf.h.data(), T, c.buf.v.data());
+  apply_linears({{c.w.wq, c.buf.q.data()}, {c.w.wk, c.buf.k.data()}, {c.w.wv, c.buf.v.data()}}, c.buf.h.data(), T);
 }
 
 void norm_qk_heads(LayerContext& c) {
@@ -78,13 +78,19 @@ void attend_fp(LayerContext& c, float scale) {
   }
 }
 
+// A quantized cache's context is attended in parts of kAttentionPartRows positions (the last
+// one shorter), each its own work item, then combined: a single long sequence then keeps every
+// thread busy instead of one per KV head. The parts depend only on the token's position, so a
+// token's result is the same whatever else is in the batch.
+constexpr int kAttentionPartRows = 256;
+
 // Quantized K and/or V: q goes into K's storage space once per head, the kernel scores and
 // accumulates rows as stored (rotated space for TurboQuant), and the output comes back from V's
 // storage space once per head.
 void attend_coded(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
-  const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads;
-  const int64_t q_dim = int64_t{m.num_heads} * d, kv_dim = int64_t{m.num_kv_heads} * d;
+  const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads, n_kv = m.num_kv_heads;
+  const int64_t q_dim = int64_t{m.num_heads} * d, kv_dim = int64_t{n_kv} * d;
   const KvRowCodec& kc = c.cache.k_codec(c.layer);
   const KvRowCodec& vc = c.cache.v_codec(c.layer);
   const CodedPagedRows k_pages = c.cache.coded_k_pages(c.layer), v_pages = c.cache.coded_v_pages(c.layer);
@@ -92,37 +98,75 @@ void attend_coded(LayerContext& c, float scale) {
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
     for (int t = 0; t < T; ++t)
-      for (int g = 0; g < m.num_kv_heads; ++g) {
+      for (int g = 0; g < n_kv; ++g) {
         kc.exact_storage_row(c.buf.k.data() + t * kv_dim + g * d, g, c.buf.k_exact.data() + t * kv_dim + g * d);
         vc.exact_storage_row(c.buf.v.data() + t * kv_dim + g * d, g, c.buf.v_exact.data() + t * kv_dim + g * d);
       }
   }
-  const int n_kv = m.num_kv_heads;
-#pragma omp parallel for schedule(dynamic) if (T * n_kv > 1)
-  for (int item = 0; item < T * n_kv; ++item) {  // (token, KV head) pairs, as in attend_fp
-    const int t = item / n_kv, g = item % n_kv;
-    float* q_store = c.buf.q_store.data() + t * q_dim;
-    float* out_store = c.buf.attn_store.data() + t * q_dim;
-    for (int h = g * group; h < (g + 1) * group; ++h)
-      kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, g, q_store + h * d);
-    CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, q_store, scale, out_store);
-    a.k = k_pages;
-    a.v = v_pages;
-    if (exact_chunk) {
-      // The chunk of t's sequence in this batch: consecutive tokens with the same table.
-      int first = t;
-      while (first > 0 && c.batch.tables[first - 1] == c.batch.tables[t] &&
-             c.batch.positions[first - 1] == c.batch.positions[first] - 1)
-        --first;
-      a.exact_from = c.batch.positions[first];
-      a.exact_k = c.buf.k_exact.data() + first * kv_dim;
-      a.exact_v = c.buf.v_exact.data() + first * kv_dim;
+  // Token t's parts are slots first_part[t] .. first_part[t + 1] - 1 of the part buffers.
+  std::vector<int>& first_part = c.buf.first_part;  // [T + 1]
+  first_part.assign(T + 1, 0);
+  for (int t = 0; t < T; ++t)
+    first_part[t + 1] = first_part[t] + (c.batch.positions[t] + kAttentionPartRows) / kAttentionPartRows;
+  const int n_parts = first_part[T];
+  if (n_parts > T) {
+    c.buf.part_out.resize(size_t(n_parts) * q_dim);
+    c.buf.part_max.resize(size_t(n_parts) * m.num_heads);
+    c.buf.part_sum.resize(size_t(n_parts) * m.num_heads);
+  }
+#pragma omp parallel if (T * n_kv > 1 || n_parts > T)
+  {
+#pragma omp for schedule(static)
+    for (int item = 0; item < T * n_kv; ++item) {  // q into K's storage space, per (token, KV head)
+      const int t = item / n_kv, g = item % n_kv;
+      for (int h = g * group; h < (g + 1) * group; ++h)
+        kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, g, c.buf.q_store.data() + t * q_dim + h * d);
     }
-    a.kv_head_begin = g;
-    a.kv_head_end = g + 1;
-    paged_attention_coded(a);
-    for (int h = g * group; h < (g + 1) * group; ++h)
-      vc.output_from_storage(out_store + h * d, g, c.buf.attn.data() + t * q_dim + h * d);
+#pragma omp for schedule(dynamic)
+    for (int item = 0; item < n_parts * n_kv; ++item) {  // (part, KV head) pairs
+      const int slot = item / n_kv, g = item % n_kv;
+      const int t = static_cast<int>(std::upper_bound(first_part.begin(), first_part.end(), slot) - first_part.begin()) - 1;
+      const int part = slot - first_part[t], parts = first_part[t + 1] - first_part[t];
+      float* out = parts == 1 ? c.buf.attn_store.data() + t * q_dim : c.buf.part_out.data() + slot * q_dim;
+      CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, c.buf.q_store.data() + t * q_dim, scale, out);
+      a.k = k_pages;
+      a.v = v_pages;
+      a.ctx_begin = part * kAttentionPartRows;
+      a.n_ctx = std::min(a.n_ctx, (part + 1) * kAttentionPartRows);
+      if (parts > 1) {
+        a.partial_max = c.buf.part_max.data() + size_t(slot) * m.num_heads;
+        a.partial_sum = c.buf.part_sum.data() + size_t(slot) * m.num_heads;
+      }
+      if (exact_chunk) {
+        // The chunk of t's sequence in this batch: consecutive tokens with the same table.
+        int first = t;
+        while (first > 0 && c.batch.tables[first - 1] == c.batch.tables[t] &&
+               c.batch.positions[first - 1] == c.batch.positions[first] - 1)
+          --first;
+        // Rows from the chunk's first position on come from the exact arrays (none of this part's
+        // when the chunk starts after it).
+        a.exact_from = std::min(c.batch.positions[first], a.n_ctx);
+        a.exact_k = c.buf.k_exact.data() + first * kv_dim;
+        a.exact_v = c.buf.v_exact.data() + first * kv_dim;
+      }
+      a.kv_head_begin = g;
+      a.kv_head_end = g + 1;
+      paged_attention_coded(a);
+    }
+#pragma omp for schedule(static)
+    for (int item = 0; item < T * n_kv; ++item) {  // combine the parts; output from V's storage space
+      const int t = item / n_kv, g = item % n_kv;
+      float* out_store = c.buf.attn_store.data() + t * q_dim;
+      const int parts = first_part[t + 1] - first_part[t];
+      if (parts > 1) {  // the group's heads of each of t's parts, slots q_dim / num_heads apart
+        const size_t slot = first_part[t], h0 = size_t(g) * group;
+        combine_attention_parts(parts, c.buf.part_out.data() + slot * q_dim + h0 * d, q_dim,
+                                c.buf.part_max.data() + slot * m.num_heads + h0, c.buf.part_sum.data() + slot * m.num_heads + h0,
+                                m.num_heads, group, d, out_store + h0 * d);
+      }
+      for (int h = g * group; h < (g + 1) * group; ++h)
+        vc.output_from_storage(out_store + h * d, g, c.buf.attn.data() + t * q_dim + h * d);
+    }
   }
 }
 
@@ -158,8 +202,7 @@ void add_swiglu_mlp(LayerContext& c) {
   const int T = c.batch.size();
   const int64_t hidden = c.config.hidden_size, ffn = c.config.intermediate_size;
   norm_input(c, c.w.ffn_norm);
-  apply_linear(c.w.w_gate, c.buf.h.data(), T, c.buf.gate.data());
-  apply_linear(c.w.w_up, c.buf.h.data(), T, c.buf.up.data());
+  apply_linears({{c.w.w_gate, c.buf.gate.data()}, {c.w.w_up, c.buf.up.data()}}, c.buf.h.data(), T);
   silu_mul(c.buf.gate.data(), c.buf.up.data(), T * ffn, c.buf.gate.data());
   apply_linear(c.w.w_down, c.buf.gate.data(), T, c.buf.out.data());
   for (int64_t i = 0; i < T * hidden; ++i) c.buf.x[i] += c.buf.out[i];

@@ -27,6 +27,10 @@ struct ForwardBuffers {
   std::vector<float> attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
   std::vector<float> k_exact;     // [T, n_kv_heads * head_dim] k in storage space, unquantized
   std::vector<float> v_exact;     // [T, n_kv_heads * head_dim] (KvQuantOptions::exact_chunk_rows)
+  std::vector<int> first_part;    // [T + 1] attention parts of a quantized cache: token t's are
+  std::vector<float> part_out;    // [parts, n_heads * head_dim]   slots first_part[t] ..
+  std::vector<float> part_max;    // [parts, n_heads]              first_part[t + 1] - 1
+  std::vector<float> part_sum;    // [parts, n_heads]
   std::vector<float> gate;    // [T, ffn]
   std::vector<float> up;      // [T, ffn]
   std::vector<float> out;     // [T, hidden] sub-block output before the residual add

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/dequantize.h"
 #include "kernels/matmul.h"
@@ -14,6 +15,19 @@ void apply_linear(const LinearWeights& lw, const float* x, int64_t n, float* y) 
   } else {
     linear_stored(x, n, lw.in, lw.dtype, lw.packed.data(), lw.out, lw.bias_or_null(), y);
   }
+}
+
+void apply_linears(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n) {
+  const int64_t in = outputs.begin()->lw.in;
+  bool stored = true;
+  for (const LinearOutput& o : outputs) stored = stored && o.lw.dtype != DType::F32 && o.lw.in == in;
+  if (!stored) {
+    for (const LinearOutput& o : outputs) apply_linear(o.lw, x, n, o.y);
+    return;
+  }
+  std::vector<StoredProduct> products;  // [outputs.size()]
+  for (const LinearOutput& o : outputs) products.push_back({o.lw.dtype, o.lw.packed.data(), o.lw.out, o.lw.bias_or_null(), o.y});
+  linear_stored_many(x, n, in, products.data(), static_cast<int>(products.size()));
 }
 
 void linear_row(const LinearWeights& lw, int64_t index, float* dst) {

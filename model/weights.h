@@ -3,6 +3,7 @@
 // Q5_K, Q6_K); F32 and any other type are fp32 in memory.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -23,6 +24,13 @@ struct LinearWeights {
 
 // y[n, out] = x[n, in] · Wᵀ + b
 void apply_linear(const LinearWeights& lw, const float* x, int64_t n, float* y);
+// Several linears of the same input x[n, in], each y[n, out_i] exactly as apply_linear gives it;
+// stored weights share one activation quantization and one parallel loop (kernels/stored_matmul.h).
+struct LinearOutput {
+  const LinearWeights& lw;
+  float* y;
+};
+void apply_linears(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n);
 // dst[in] = row `index` of W as fp32 (embedding lookup)
 void linear_row(const LinearWeights& lw, int64_t index, float* dst);
 

@@ -468,7 +468,7 @@ TEST(CodedAttention, Avx2MatchesScalar) {
 TEST(CodedAttention, FastDecodeKernelIsBitIdenticalToScalar) {
   std::mt19937 rng(99);
   int cases = 0;
-  for (int d : {64, 128, 96, 36}) {
+  for (int d : {64, 128, 96, 36, 8, 16}) {
     for (const Spec& s : kAllSpecs) {
       if (!spec_fits(s, d)) continue;
       for (int n_ctx : {1, 7, 8, 9, 64, 301}) {
@@ -536,6 +536,62 @@ TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
 }
 
 // head_dim 36 is no multiple of 8: no AVX2 kernel, and dispatch runs the scalar one.
+// The context attended in parts (split at various points, an empty part included) and the
+// parts combined gives the whole call's result, in the scalar and AVX2 kernels, with a prefill
+// chunk's exact rows spanning a split; the FP path's kernel refuses parts.
+TEST(CodedAttention, PartsCombineToTheWholeContext) {
+  std::mt19937 rng(31);
+  using Kernel = void (*)(const CodedAttentionArgs&);
+  for (Kernel kernel : std::vector<Kernel>{paged_attention_coded_scalar, paged_attention_coded}) {
+    for (const Spec& s : {kTq4, kQ8}) {
+      const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 301;
+      const Pages p = build_pages(d, n_kv, n_ctx, 16, s, s, rng);
+      const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+      const std::vector<float> exact_k = random_vec(size_t(n_ctx - 250) * n_kv * d, rng),
+                               exact_v = random_vec(exact_k.size(), rng);
+      for (bool exact : {false, true}) {
+        for (const std::vector<int>& cuts : std::vector<std::vector<int>>{{0, 301}, {0, 256, 301}, {0, 7, 7, 260, 301}}) {
+          SCOPED_TRACE(spec_name(s) + " exact " + std::to_string(exact) + " parts " + std::to_string(cuts.size() - 1));
+          auto args = [&](float* out) {
+            CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
+            if (exact) a.exact_from = 250, a.exact_k = exact_k.data(), a.exact_v = exact_v.data();
+            return a;
+          };
+          std::vector<float> whole(size_t(n_q) * d), combined(whole.size(), -1.0f);
+          kernel(args(whole.data()));
+          const int parts = static_cast<int>(cuts.size()) - 1;
+          std::vector<float> part_out(size_t(parts) * n_q * d, -3.0f), part_max(size_t(parts) * n_q), part_sum(part_max.size());
+          for (int i = 0; i < parts; ++i) {
+            CodedAttentionArgs a = args(part_out.data() + size_t(i) * n_q * d);
+            a.ctx_begin = cuts[i];
+            a.n_ctx = cuts[i + 1];
+            if (exact) a.exact_from = std::min(a.exact_from, a.n_ctx);
+            a.partial_max = part_max.data() + size_t(i) * n_q;
+            a.partial_sum = part_sum.data() + size_t(i) * n_q;
+            kernel(a);
+          }
+          combine_attention_parts(parts, part_out.data(), size_t(n_q) * d, part_max.data(), part_sum.data(), n_q, n_q, d,
+                                  combined.data());
+          EXPECT_LE(relative_diff(combined, whole), 2e-6f);
+        }
+      }
+      CodedAttentionArgs a = make_args(p, q.data(), n_q, std::vector<float>(size_t(n_q) * d).data());
+      a.ctx_begin = n_ctx + 1;
+      EXPECT_THROW(kernel(a), Error);
+    }
+  }
+  const Pages p = build_pages(64, 1, 40, 16, kF16, kF16, rng);
+  std::vector<float> q(64), out(64), m(1), sum(1);
+  CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
+  a.ctx_begin = 16;
+  EXPECT_THROW(paged_attention_coded_scalar_fast_decode(a), Error);
+  a.ctx_begin = 0;
+  a.partial_max = m.data();
+  EXPECT_THROW(paged_attention_coded_scalar(a), Error);  // partial_sum missing
+  a.partial_sum = sum.data();
+  EXPECT_THROW(paged_attention_coded_scalar_fast_decode(a), Error);
+}
+
 // Computing KV heads one range at a time (as the model does across threads) gives the result
 // of one call over all heads bit for bit, in every kernel, and leaves other heads' outputs alone.
 TEST(CodedAttention, HeadRangesGiveTheWholeCallsResult) {

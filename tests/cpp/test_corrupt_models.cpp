@@ -2,11 +2,10 @@
 // weights): copies of the tiny test models (tests/data/tiny) and stories260K, damaged in a temp
 // folder, must each fail with a tq::Error whose message names the file and the problem. Never
 // a crash, another exception type (bad_alloc, a JSON exception) or a huge allocation; the
-// process runs under a 4 GiB address-space limit while they load.
+// process runs under a 4 GiB memory cap while they load (memory_cap.h).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "errors/error.h"
+#include "memory_cap.h"
 #include "model/loader.h"
 
 namespace tq {
@@ -53,12 +53,9 @@ class CorruptModels : public ::testing::Test {
   static void SetUpTestSuite() {
     // Nothing here may allocate more than a few hundred MiB: a reader that trusts a count of
     // 2^60 fails the test with bad_alloc instead of swapping the machine.
-    getrlimit(RLIMIT_AS, &saved_);
-    rlimit limit = saved_;
-    limit.rlim_cur = std::min<rlim_t>(saved_.rlim_max, rlim_t(4) << 30);
-    setrlimit(RLIMIT_AS, &limit);
+    test::set_memory_cap(test::memory_in_use() + (uint64_t{4} << 30));
   }
-  static void TearDownTestSuite() { setrlimit(RLIMIT_AS, &saved_); }
+  static void TearDownTestSuite() { test::restore_memory_cap(); }
 
   void SetUp() override {
     std::string pattern = (fs::temp_directory_path() / "tq_corrupt_XXXXXX").string();
@@ -98,10 +95,8 @@ class CorruptModels : public ::testing::Test {
     return d;
   }
 
-  static rlimit saved_;
   fs::path dir_;
 };
-rlimit CorruptModels::saved_{};
 
 // --- GGUF layout, found by walking a real file ------------------------------------------------
 

@@ -174,6 +174,41 @@ INSTANTIATE_TEST_SUITE_P(Types, StoredLinearTest,
                                            DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_traits(info.param).name); });
 
+// Products of one input in one call (q/k/v, gate/up), of mixed types and sizes that end in
+// partial panels: each output is what linear_stored gives for that product alone, and a bad
+// type among them is refused before anything runs.
+TEST(StoredLinear, ManyProductsEqualEachAlone) {
+  std::mt19937 rng(21);
+  const int64_t in = 256;
+  const std::vector<std::pair<DType, int64_t>> shapes = {{DType::Q4_1, 37}, {DType::F16, 16}, {DType::Q6_K, 5},
+                                                         {DType::Q8_0, 70}};
+  std::vector<std::vector<uint8_t>> weights;
+  for (const auto& [t, out] : shapes) weights.push_back(random_rows(t, out, in, rng));
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> bias(70);
+  for (float& v : bias) v = normal(rng);
+  for (int64_t n : {1, 6}) {
+    std::vector<float> x(n * in);
+    for (float& v : x) v = normal(rng);
+    std::vector<std::vector<float>> together(shapes.size()), alone(shapes.size());
+    std::vector<StoredProduct> products;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& [t, out] = shapes[i];
+      together[i].assign(n * out, -1.0f);
+      alone[i].assign(n * out, -2.0f);
+      const float* b = i % 2 ? bias.data() : nullptr;
+      products.push_back({t, weights[i].data(), out, b, together[i].data()});
+      linear_stored(x.data(), n, in, t, weights[i].data(), out, b, alone[i].data());
+    }
+    linear_stored_many(x.data(), n, in, products.data(), static_cast<int>(products.size()));
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "product " << i << ", n " << n;
+  }
+  std::vector<float> x(in), y(8);
+  const std::vector<StoredProduct> bad = {{DType::Q4_1, weights[0].data(), 1, nullptr, y.data()},
+                                          {DType::Q2_K, weights[0].data(), 1, nullptr, y.data() + 1}};
+  EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
+}
+
 TEST(StoredLinear, RefusesWidthsThatAreNotWholeBlocks) {
   std::vector<uint8_t> w(1024);
   std::vector<float> x(300), y(1);

@@ -101,8 +101,17 @@ def _slow_body(server):
                  + f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                  + body[: len(body) // 2])
     t0 = time.time()
-    status, text = server.post("/v1/completions", GOOD, headers=server.headers, timeout=10)
-    assert status == 200 and time.time() - t0 < 1.5, (status, text)  # not blocked by the slow one
+    # Not blocked by the slow one: a one-token request is answered while the slow connection is
+    # still open and unanswered (its 408 comes only after the 2 s timeout).
+    status, text = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1}, headers=server.headers, timeout=10)
+    assert status == 200, (status, text)
+    sock.setblocking(False)
+    try:
+        early = sock.recv(1)
+        assert False, f"the slow connection was answered before the other request: {early!r}"
+    except BlockingIOError:
+        pass
+    sock.settimeout(30)
     out = b""
     while True:
         chunk = sock.recv(65536)
