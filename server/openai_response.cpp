@@ -11,7 +11,11 @@ std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ServedModel& model, std::string id, int64_t created)
     : request_(request), model_(model), id_(std::move(id)), created_(created) {
   for (size_t p = 0; p < request.prompts.size(); ++p)
-    for (int i = 0; i < request.n; ++i) choices_.push_back(Choice{static_cast<int>(p)});
+    for (int i = 0; i < request.n; ++i) {
+      Choice choice;
+      choice.prompt_index = static_cast<int>(p);
+      choices_.push_back(std::move(choice));
+    }
 }
 
 std::string ResponseBuilder::token_string(TokenId id) const { return model_.tokenizer->token_bytes(id); }
