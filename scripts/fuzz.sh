@@ -11,7 +11,11 @@
 # broken harness invariant, timeout or out-of-memory). Crashing inputs are kept in
 # build-fuzz/fuzz-artifacts/<target>/; reproduce one with build-fuzz/fuzz/fuzz_<target> FILE.
 # Environment: TQ_FUZZ_BUILD (build folder, default build-fuzz), TQ_FUZZ_JOBS (build jobs, default 2),
-# TQ_FUZZ_KEEP_CORPUS=DIR (copy each grown corpus to DIR/<target> for inspection).
+# TQ_FUZZ_KEEP_CORPUS=DIR (copy each grown corpus to DIR/<target> for inspection),
+# TQ_FUZZ_PARALLEL=N (run N targets at once, one core each; default 1),
+# TQ_FUZZ_RUNS=N (stop a target after N executions, if that comes before SECONDS_PER_TARGET).
+# A long run to 10 M executions each, two at a time:
+#   TQ_FUZZ_PARALLEL=2 TQ_FUZZ_RUNS=10000000 scripts/fuzz.sh 14400
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,38 +65,58 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # one core per fuzzer; threads 
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failed=()
-summary=()
-for t in "${TARGETS[@]}"; do
-  corpus="$work/$t"
-  artifacts="$BUILD/fuzz-artifacts/$t"
-  log="$BUILD/fuzz-logs/$t.log"
+RUNS_LIMIT=()
+[ -n "${TQ_FUZZ_RUNS:-}" ] && RUNS_LIMIT=("-runs=$TQ_FUZZ_RUNS")
+
+# Runs one target; leaves its one-line summary in $work/$t.summary and exits nonzero on a crash.
+run_target() {
+  local t=$1
+  local corpus="$work/$t" artifacts="$BUILD/fuzz-artifacts/$t" log="$BUILD/fuzz-logs/$t.log"
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   cp -r "fuzz/corpus/$t/." "$corpus/"
-  dict=()
+  local dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=("-dict=fuzz/dict/$t.dict")
-  echo "fuzz.sh: fuzz_$t for ${SECONDS_PER_TARGET}s (log: $log)"
-  set +e
-  nice -n 10 "$BUILD/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2560 \
-    -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1
-  rc=$?
-  set -e
+  echo "fuzz.sh: fuzz_$t for ${SECONDS_PER_TARGET}s${TQ_FUZZ_RUNS:+ or $TQ_FUZZ_RUNS executions} (log: $log)"
+  local start=$SECONDS rc=0
+  nice -n 10 "$BUILD/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time="$SECONDS_PER_TARGET" "${RUNS_LIMIT[@]}" \
+    -rss_limit_mb=2560 -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
+  local took=$((SECONDS - start))
+  local execs units
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   units=$(find "$corpus" -type f | wc -l)
+  if [ -n "${TQ_FUZZ_KEEP_CORPUS:-}" ]; then mkdir -p "$TQ_FUZZ_KEEP_CORPUS/$t" && cp -r "$corpus/." "$TQ_FUZZ_KEEP_CORPUS/$t/"; fi
   if [ $rc -ne 0 ]; then
-    failed+=("$t")
-    summary+=("$(printf '%-14s %12s executions  %5s corpus units  CRASH (exit %d): %s' "$t" "${execs:-?}" "$units" "$rc" \
-      "$(grep -o -m1 -E 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: .*|fuzz invariant violated: .*|deadly signal|Test unit written to .*' "$log" | head -1)")")
+    printf '%-14s %12s executions in %6ss  %5s corpus units  CRASH (exit %d): %s\n' "$t" "${execs:-?}" "$took" "$units" "$rc" \
+      "$(grep -o -m1 -E 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: .*|fuzz invariant violated: .*|deadly signal|Test unit written to .*' "$log" | head -1)" \
+      >"$work/$t.summary"
     echo "---- fuzz_$t failed; end of $log:"
     tail -40 "$log"
-  else
-    summary+=("$(printf '%-14s %12s executions  %5s corpus units  ok' "$t" "${execs:-?}" "$units")")
+    return 1
   fi
-  if [ -n "${TQ_FUZZ_KEEP_CORPUS:-}" ]; then mkdir -p "$TQ_FUZZ_KEEP_CORPUS/$t" && cp -r "$corpus/." "$TQ_FUZZ_KEEP_CORPUS/$t/"; fi
-done
+  printf '%-14s %12s executions in %6ss  %5s corpus units  ok\n' "$t" "${execs:-?}" "$took" "$units" >"$work/$t.summary"
+}
 
-echo "fuzz.sh: ${SECONDS_PER_TARGET}s per target"
-printf '  %s\n' "${summary[@]}"
+# TQ_FUZZ_PARALLEL targets at a time (default 1: each fuzzer has the machine to itself).
+PARALLEL=${TQ_FUZZ_PARALLEL:-1}
+failed=()
+pids=()
+names=()
+reap_one() {
+  local pid=${pids[0]} name=${names[0]}
+  pids=("${pids[@]:1}")
+  names=("${names[@]:1}")
+  wait "$pid" || failed+=("$name")
+}
+for t in "${TARGETS[@]}"; do
+  [ ${#pids[@]} -ge "$PARALLEL" ] && reap_one
+  run_target "$t" &
+  pids+=($!)
+  names+=("$t")
+done
+while [ ${#pids[@]} -gt 0 ]; do reap_one; done
+
+echo "fuzz.sh: ${SECONDS_PER_TARGET}s per target${TQ_FUZZ_RUNS:+ (at most $TQ_FUZZ_RUNS executions)}, $PARALLEL at a time"
+for t in "${TARGETS[@]}"; do printf '  %s' "$(cat "$work/$t.summary" 2>/dev/null || echo "$t: no summary")"; echo; done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: CRASHES in ${failed[*]} (inputs in $BUILD/fuzz-artifacts/)" >&2
   exit 1

@@ -126,6 +126,7 @@ def soak_mode(args, mode):
         rss["start_kib"] = rss0.get("VmRSS", 0)
         rss["warm_kib"], rss["warm_anon_kib"], rss["warm_t"] = warm[0].get("VmRSS", 0), warm[0].get("RssAnon", 0), warm[2]
         rss["end_kib"], rss["end_anon_kib"], rss["end_t"] = end[0].get("VmRSS", 0), end[0].get("RssAnon", 0), end[2]
+        rss["warm_threads"], rss["end_threads"] = warm[0].get("Threads", 0), end[0].get("Threads", 0)
         rss["growth_pct"] = (100.0 * (rss["end_kib"] - rss["warm_kib"]) / rss["warm_kib"]) if rss["warm_kib"] else 0.0
         rss["by_mapping_warm_kib"], rss["by_mapping_end_kib"] = warm[1], end[1]
         if args.malloc_info:
@@ -232,7 +233,8 @@ def print_report(r, series, args):
         print(f"   RSS MiB: start {mib('start_kib'):.1f}; idle after the warm-up phase ({rss.get('warm_t', 0):.0f} s) "
               f"{mib('warm_kib'):.1f}; idle at the end ({rss.get('end_t', 0):.0f} s) {mib('end_kib'):.1f}: "
               f"growth {rss.get('growth_pct', 0):+.2f} %; under load min {mib('min_kib'):.1f}, mean {mib('mean_kib'):.1f}, "
-              f"max {mib('max_kib'):.1f} ({rss.get('samples', 0)} samples); peak threads {rss.get('peak_threads', 0)}")
+              f"max {mib('max_kib'):.1f} ({rss.get('samples', 0)} samples); threads: peak {rss.get('peak_threads', 0)}, "
+              f"idle after warm-up {rss.get('warm_threads', 0)}, idle at the end {rss.get('end_threads', 0)}")
         w, e = rss.get("by_mapping_warm_kib", {}), rss.get("by_mapping_end_kib", {})
         if w and e:
             print("   RSS by mapping, warm -> end MiB: " + ", ".join(

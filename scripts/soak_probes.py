@@ -139,13 +139,23 @@ def summarize_rss(series):
     }
 
 
-def settle(server):
-    """Waits until the server is idle and has closed every connection, then a little longer."""
+def settle(server, worker_idle_exit_s=5.0):
+    """Waits until the server is idle, has closed every connection, and its HTTP worker threads
+    that had no work for worker_idle_exit_s have exited (tqserve:http_worker_threads unchanged for
+    longer than that), then returns the metrics."""
     server.wait_idle(timeout=120)
     deadline = time.time() + 60
     while open_server_connections(server.port) and time.time() < deadline:
         time.sleep(0.2)
-    time.sleep(1.0)
+    deadline = time.time() + 60
+    workers, since = None, time.time()
+    while time.time() < deadline:
+        now = server.metrics().get("tqserve:http_worker_threads")
+        if now != workers:
+            workers, since = now, time.time()
+        elif time.time() - since > worker_idle_exit_s + 1.5:
+            break
+        time.sleep(0.5)
     return server.wait_idle(timeout=60)
 
 

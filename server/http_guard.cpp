@@ -17,6 +17,8 @@
 #include <cstring>
 #include <string>
 
+#include "server/worker_pool.h"
+
 namespace tq {
 namespace {
 
@@ -247,8 +249,11 @@ GuardedHttpServer::GuardedHttpServer(HttpGuardLimits limits, std::function<void(
     : limits_(limits), on_refused_(std::move(on_refused)) {
   // The spare workers only turn away connections beyond the limit (quickly), so a flood of
   // them does not wait behind the connections being served.
-  const int workers = limits_.max_connections + 4;
-  new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  const size_t workers = static_cast<size_t>(limits_.max_connections) + 4;
+  new_task_queue = [workers, min = static_cast<size_t>(limits_.min_worker_threads),
+                    idle = std::chrono::milliseconds(limits_.worker_idle_exit_ms), live = worker_threads_] {
+    return new WorkerPool(workers, min, idle, live);
+  };
   set_payload_max_length(limits_.max_body_bytes);
   set_read_timeout(limits_.request_timeout_seconds, 0);
   set_write_timeout(limits_.write_timeout_seconds, 0);

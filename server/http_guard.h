@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
 
 namespace tq {
 
@@ -30,6 +31,10 @@ struct HttpGuardLimits {
   size_t max_body_bytes = 8 << 20;
   int keep_alive_timeout_seconds = 5;  // idle wait for the next request on a connection
   int write_timeout_seconds = 30;      // one blocked write to a client that does not read
+  // Worker threads: started as connections need them (up to max_connections + 4), kept while
+  // busy, and ended after this long without work, all but min_worker_threads (worker_pool.h).
+  int min_worker_threads = 8;
+  int worker_idle_exit_ms = 5000;
 };
 
 // Why the request being served on this thread could not be read.
@@ -42,6 +47,7 @@ class GuardedHttpServer : public httplib::Server {
 
   const HttpGuardLimits& limits() const { return limits_; }
   int active_connections() const { return active_.load(); }
+  int worker_threads() const { return worker_threads_->load(); }
 
   // Hooks for handlers, about the connection of the calling thread (no-ops elsewhere):
   // the pre-routing handler calls headers_received() once the headers are in (the body
@@ -66,6 +72,7 @@ class GuardedHttpServer : public httplib::Server {
   HttpGuardLimits limits_;
   std::function<void()> on_refused_;
   std::atomic<int> active_{0};
+  std::shared_ptr<std::atomic<int>> worker_threads_ = std::make_shared<std::atomic<int>>(0);
 };
 
 }  // namespace tq

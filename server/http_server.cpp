@@ -217,7 +217,8 @@ void HttpServer::install_routes() {
     res.set_content(ready_ ? "" : "loading", "text/plain");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_->stats(), model_.name, config_.kv_mode), "text/plain; version=0.0.4");
+    res.set_content(metrics_.render(engine_->stats(), model_.name, config_.kv_mode,
+                                    {http_->active_connections(), http_->worker_threads()}), "text/plain; version=0.0.4");
   });
   s.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html"); });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

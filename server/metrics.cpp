@@ -58,7 +58,8 @@ void ServerMetrics::count_http(int status) {
   ++http_[status];
 }
 
-std::string ServerMetrics::render(const EngineStats& e, const std::string& model, const std::string& kv_mode) const {
+std::string ServerMetrics::render(const EngineStats& e, const std::string& model, const std::string& kv_mode,
+                                  const HttpGauges& http) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   const std::string labels = fmt::format("model_name=\"{}\"", model);
@@ -84,6 +85,9 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
          std::to_string(e.consistency_checks));
   metric("kv_cache_consistent", "gauge", "1 while every idle-time block pool and prefix cache check passed, 0 after a failure.",
          e.consistency_failures == 0 ? "1" : "0");
+  metric("http_connections_open", "gauge", "HTTP connections being served.", std::to_string(http.open_connections));
+  metric("http_worker_threads", "gauge", "HTTP worker threads alive (they start with the load and exit when idle).",
+         std::to_string(http.worker_threads));
   out += "# HELP tqserve:request_success_total Finished requests by finish reason.\n"
          "# TYPE tqserve:request_success_total counter\n";
   for (const char* reason : {"stop", "length", "abort", "error"}) {

@@ -12,6 +12,12 @@
 
 namespace tq {
 
+// What the HTTP layer holds right now.
+struct HttpGauges {
+  int open_connections = 0;  // being served (keep-alive waits included)
+  int worker_threads = 0;    // alive in the worker pool (server/worker_pool.h)
+};
+
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
@@ -35,8 +41,9 @@ class ServerMetrics {
   void observe_e2e(double seconds);
   void count_finished(const std::string& reason);
   void count_http(int status);
-  // The /metrics page: these plus the engine's counters.
-  std::string render(const EngineStats& engine, const std::string& model_name, const std::string& kv_mode) const;
+  // The /metrics page: these plus the engine's counters and the HTTP layer's gauges.
+  std::string render(const EngineStats& engine, const std::string& model_name, const std::string& kv_mode,
+                     const HttpGauges& http) const;
 
  private:
   mutable std::mutex mu_;

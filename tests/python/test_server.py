@@ -198,9 +198,33 @@ def test_metrics_exposition(server):
     for name in ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
                  "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total",
                  "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_sum",
-                 "e2e_request_latency_seconds_count"]:
+                 "e2e_request_latency_seconds_count", "http_connections_open", "http_worker_threads"]:
         assert f"tqserve:{name}" in text, name
     assert f'kv_cache_dtype="{server.mode}"' in text
+
+
+def test_worker_threads_follow_the_load(server):
+    """HTTP worker threads start as connections arrive and exit after 5 s idle (8 are kept)."""
+    socks = []
+    try:
+        for _ in range(40):  # 40 keep-alive connections, each with one answered request
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(s)
+        for s in socks:
+            assert b"200" in s.recv(4096).split(b"\r\n")[0]
+        m = server.metrics()
+        assert m["tqserve:http_connections_open"] >= 40
+        assert m["tqserve:http_worker_threads"] >= 40
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.time() + 30
+    while server.metrics()["tqserve:http_worker_threads"] > 9 and time.time() < deadline:
+        time.sleep(0.5)
+    m = server.metrics()
+    assert m["tqserve:http_worker_threads"] <= 9  # the 8 kept, and perhaps the one serving /metrics
+    assert m["tqserve:http_connections_open"] <= 1
 
 
 def test_api_key_health_and_queue_limit(smollm2):
