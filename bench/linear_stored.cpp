@@ -1,5 +1,5 @@
 // Linear layers over weights as stored (Google Benchmark): kernels/stored_matmul's tiles for
-// Q4_1 (SmolLM2's layers), Q8_0 (its tied head), Q4_K, Q6_K and F16 against the scalar reference
+// Q4_1 (SmolLM2's layers; also interleaved 8 rows at a time, kernels/interleaved_rows.h), Q8_0 (its tied head), Q4_K, Q6_K and F16 against the scalar reference
 // of the same arithmetic and against the fp32 kernel over the dequantized weights
 // (kernels/matmul.h), at SmolLM2-135M's shapes for 1, 16 and 512 tokens, on all cores.
 // Reports weight GB/s (bytes of stored weights read per second) and GFLOP/s.
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/dequantize.h"
+#include "kernels/interleaved_rows.h"
 #include "kernels/matmul.h"
 #include "kernels/stored_matmul.h"
 
@@ -34,7 +35,7 @@ std::vector<uint8_t> random_weights(DType t, int64_t out, int64_t in) {
   return w;
 }
 
-enum class Kernel { Stored, Reference, DequantizedF32 };
+enum class Kernel { Stored, Interleaved, Reference, DequantizedF32 };
 
 void run(benchmark::State& state, DType t, Kernel kernel) {
   const int64_t n = state.range(0), in = state.range(1), out = state.range(2);
@@ -48,8 +49,12 @@ void run(benchmark::State& state, DType t, Kernel kernel) {
     w32.resize(out * in);
     dequantize_row(t, w.data(), w32.data(), out * in);
   }
+  std::vector<uint8_t> grouped;
+  if (kernel == Kernel::Interleaved) grouped = interleave_rows(t, w.data(), out, in);
+  const StoredProduct interleaved{t, grouped.data(), out, nullptr, y.data(), true};
   for (auto _ : state) {
     switch (kernel) {
+      case Kernel::Interleaved: linear_stored_many(x.data(), n, in, &interleaved, 1); break;
       case Kernel::Stored: linear_stored(x.data(), n, in, t, w.data(), out, nullptr, y.data()); break;
       case Kernel::Reference: linear_stored_reference(x.data(), n, in, t, w.data(), out, nullptr, y.data()); break;
       case Kernel::DequantizedF32: linear(x.data(), n, in, w32.data(), out, nullptr, y.data()); break;
@@ -87,6 +92,8 @@ void head_shapes(benchmark::internal::Benchmark* b) {
   BENCHMARK(BM_dequantized_f32_##type)->Apply(shapes);
 
 TQ_STORED_BENCH(Q4_1)
+void BM_interleaved_Q4_1(benchmark::State& s) { run(s, DType::Q4_1, Kernel::Interleaved); }
+BENCHMARK(BM_interleaved_Q4_1)->Apply(shapes);
 TQ_STORED_BENCH(Q4_K)
 TQ_STORED_BENCH(Q6_K)
 TQ_STORED_BENCH(F16)

@@ -20,6 +20,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_flag("--dequantize-weights", o.dequantize_weights,
                 "convert every weight to fp32 at load: the exact float maths of transformers over the dequantized "
                 "tensors (default: weights stay as stored, multiplied with 8-bit activations as llama.cpp does)");
+  cmd->add_flag("--no-repack", o.no_repack,
+                "keep Q4_1 matrices in the file's row layout instead of regrouping them 8 rows at a time for the "
+                "AVX2 GEMV (same bytes, same results; for comparing the two kernels)");
 }
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {
@@ -81,6 +84,7 @@ LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {
   LoadOptions options;
   options.with_weights = with_weights;
   options.dequantize_weights = o.dequantize_weights;
+  options.interleave_weights = !o.no_repack;
   LoadedModel m = load_model(path, options, progress);
   if (last_percent >= 0) std::fprintf(stderr, "\n");
   return m;

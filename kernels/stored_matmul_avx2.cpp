@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
 
 namespace tq {
@@ -267,6 +268,35 @@ void run_half(const float* x, int64_t n, int64_t in, const uint8_t* w, size_t ro
   run_panels(n, out, p_begin, p_end, tile);
 }
 
+// Interleaved Q4_1 (kernels/interleaved_rows.h): 8 rows × 1 token. Vector k of acc holds lane k
+// of each of the 8 rows' accumulators, so every row sees exactly slice_tile's operations: the
+// exact integer sum of values 4k..4k+3, times d·d_act, fused into lane k; the offset chain;
+// the lanes summed in sum_lanes' order; the offset; the bias.
+inline void q4_1_group_token(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, __m256* total) {
+  __m256 acc[8];
+  __m256 offsets = _mm256_setzero_ps();
+  unrolled<8>([&](int k) { acc[k] = _mm256_setzero_ps(); });
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n_slices; ++b, group += kQ4_1GroupSliceBytes) {
+    const ActivationBlock& a = act[b];
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))),
+                                   _mm256_set1_ps(a.d));
+    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 16)));
+    offsets = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), offsets);
+    int32_t qa[8];  // activation values 4k..4k+3 as one int32, broadcast to the 8 rows
+    std::memcpy(qa, a.qs, 32);
+    unrolled<4>([&](int k) {
+      const __m256i chunk = load32(group + 32 + 32 * k);
+      const __m256i low = _mm256_and_si256(chunk, low4), high = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low4);
+      acc[k] = _mm256_fmadd_ps(d, lane_sums(low, _mm256_set1_epi32(qa[k])), acc[k]);
+      acc[k + 4] = _mm256_fmadd_ps(d, lane_sums(high, _mm256_set1_epi32(qa[k + 4])), acc[k + 4]);
+    });
+  }
+  const __m256 r0 = _mm256_add_ps(acc[4], acc[0]), r1 = _mm256_add_ps(acc[5], acc[1]);
+  const __m256 r2 = _mm256_add_ps(acc[6], acc[2]), r3 = _mm256_add_ps(acc[7], acc[3]);
+  *total = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(r0, r2), _mm256_add_ps(r1, r3)), offsets);
+}
+
 }  // namespace
 
 bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock* blocks) {
@@ -325,6 +355,25 @@ void linear_half_avx2_panels(DType t, const float* x, int64_t n, int64_t in, con
                              int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   if (t == DType::BF16) return run_half<true>(x, n, in, w, row_bytes, out, bias, y, p_begin, p_end);
   run_half<false>(x, n, in, w, row_bytes, out, bias, y, p_begin, p_end);
+}
+
+void linear_interleaved_avx2_groups(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices,
+                                    const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                                    int64_t g_end) {
+  if (t != DType::Q4_1) return;  // linear_stored_many() checked the type
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * kQ4_1GroupSliceBytes;
+    const int64_t o0 = g * kInterleavedRows, rows = out - o0 < kInterleavedRows ? out - o0 : kInterleavedRows;
+    // Token by token: the group's slices (n_slices · 160 bytes) stay in L1 for the next token.
+    for (int64_t tok = 0; tok < n; ++tok) {
+      __m256 total;
+      q4_1_group_token(group, n_slices, act + tok * n_slices, &total);
+      float v[8];
+      _mm256_storeu_ps(v, total);
+      float* dst = y + tok * out + o0;
+      for (int64_t r = 0; r < rows; ++r) dst[r] = bias ? v[r] + bias[o0 + r] : v[r];
+    }
+  }
 }
 
 }  // namespace tq

@@ -13,6 +13,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kernels/dequantize.h"
+#include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
 
 namespace tq {
@@ -87,30 +88,36 @@ class TensorReader {
         out_(out),
         total_(total_tensors),
         keep_stored_(!options.dequantize_weights),
+        interleave_(options.interleave_weights),
         progress_(progress) {}
 
   bool has(const std::string& name) const { return find_(name) != nullptr; }
 
   std::vector<float> read(const std::string& name, std::vector<int64_t> dims) {
     std::vector<float> values;
-    read_into(name, dims, &values, nullptr);
+    read_into(name, dims, &values, nullptr, nullptr);
     return values;
   }
 
-  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in) {
+  // `matmul_only`: the matrix is only ever multiplied (never looked up by row as an embedding), so
+  // it may be interleaved for the GEMV (kernels/interleaved_rows.h).
+  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in,
+                       bool matmul_only = true) {
     LinearWeights lw;
     lw.out = out;
     lw.in = in;
-    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed);
+    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed, interleave_ && matmul_only ? &lw.interleaved : nullptr);
     if (!b_name.empty() && has(b_name)) lw.bias = read(b_name, {out});
     return lw;
   }
 
  private:
   // Reads a tensor as fp32 into `values`, or, when `packed` is given and the type has a
-  // stored-weight kernel, copies its bytes into `packed`. Returns the dtype kept.
+  // stored-weight kernel, copies its bytes into `packed`, interleaved (and *interleaved set)
+  // when `interleaved` is given and this CPU has a kernel for the type's interleaved layout.
+  // Returns the dtype kept.
   DType read_into(const std::string& name, const std::vector<int64_t>& dims, std::vector<float>* values,
-                  std::vector<uint8_t>* packed) {
+                  std::vector<uint8_t>* packed, bool* interleaved) {
     const TensorView* t = find_(name);
     if (!t) fail("{}: tensor '{}' is missing", file_, name);
     if (t->dims != dims) fail("{}: tensor '{}' has shape {} but the config implies {}", file_, name, shape(t->dims), shape(dims));
@@ -125,7 +132,12 @@ class TensorReader {
     count_tensor(*t, out_);
     DType kept = DType::F32;
     if (packed && keep_stored_ && has_stored_linear(t->dtype)) {
-      packed->assign(t->data, t->data + t->nbytes);
+      if (interleaved && dims.size() == 2 && has_interleaved_layout(t->dtype)) {
+        *packed = interleave_rows(t->dtype, t->data, dims[0], dims[1]);
+        *interleaved = true;
+      } else {
+        packed->assign(t->data, t->data + t->nbytes);
+      }
       kept = t->dtype;
     } else {
       values->resize(static_cast<size_t>(t->numel()));
@@ -146,6 +158,7 @@ class TensorReader {
   LoadedModel& out_;
   size_t total_;
   bool keep_stored_;
+  bool interleave_;
   size_t done_ = 0;
   const LoadProgress& progress_;
 };
@@ -160,7 +173,7 @@ void load_weights(TensorReader& r, const TensorNaming& names, LoadedModel& m) {
   if (c.num_layers > 0 && !r.has(names.layer(c.num_layers - 1, "attn_norm")))
     fail("{}: tensor '{}' is missing (the config says {} layers)", m.path, names.layer(c.num_layers - 1, "attn_norm"),
          c.num_layers);
-  w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden);
+  w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden, /*matmul_only=*/false);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
     auto n = [&](const char* role) { return names.layer(i, role); };

