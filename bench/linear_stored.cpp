@@ -50,8 +50,9 @@ void run(benchmark::State& state, DType t, Kernel kernel) {
     dequantize_row(t, w.data(), w32.data(), out * in);
   }
   std::vector<uint8_t> grouped;
-  if (kernel == Kernel::Interleaved) grouped = interleave_rows(t, w.data(), out, in);
-  const StoredProduct interleaved{t, grouped.data(), out, nullptr, y.data(), true};
+  const int group_rows = interleaved_group_rows(t);  // this CPU's layout
+  if (kernel == Kernel::Interleaved) grouped = interleave_rows(t, w.data(), out, in, group_rows);
+  const StoredProduct interleaved{t, grouped.data(), out, nullptr, y.data(), group_rows};
   for (auto _ : state) {
     switch (kernel) {
       case Kernel::Interleaved: linear_stored_many(x.data(), n, in, &interleaved, 1); break;

@@ -9,6 +9,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul_avx2.h"
+#include "kernels/stored_matmul_avx512.h"
 #include "kernels/weight_slices.h"
 
 namespace tq {
@@ -149,7 +150,7 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   if (!kHaveAvx2) {
     for (int i = 0; i < count; ++i) {
       const StoredProduct& p = products[i];
-      if (p.interleaved) fail("stored linear: interleaved weights need AVX2 (has_interleaved_layout)");
+      if (p.group_rows > 0) fail("stored linear: interleaved weights need their SIMD kernel (interleaved_kernel_available)");
       linear_stored_reference(x, n, in, p.type, p.w, p.out, p.bias, p.y);
     }
     return;
@@ -158,8 +159,10 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   std::vector<int64_t> first_panel(static_cast<size_t>(count) + 1, 0);  // [count + 1]
   for (int i = 0; i < count; ++i) {
     check_shapes(in, products[i].type);
-    if (products[i].interleaved && products[i].type != DType::Q4_1)
-      fail("stored linear: no interleaved kernel for weight type {}", dtype_traits(products[i].type).name);
+    if (products[i].group_rows > 0 &&
+        (products[i].type != DType::Q4_1 || !interleaved_kernel_available(products[i].group_rows)))
+      fail("stored linear: no kernel for {} rows interleaved {} at a time on this CPU",
+           dtype_traits(products[i].type).name, products[i].group_rows);
     any_blocks = any_blocks || !is_half(products[i].type);
     first_panel[i + 1] = first_panel[i] + (products[i].out + kStoredPanelRows - 1) / kStoredPanelRows;
   }
@@ -174,11 +177,15 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
     const StoredProduct& p = products[i];
     const int64_t local = panel - first_panel[i];
     const size_t row_bytes = dtype_row_bytes(p.type, in);
-    if (p.interleaved) {
-      constexpr int64_t groups_per_panel = kStoredPanelRows / kInterleavedRows;
-      const int64_t n_groups = (p.out + kInterleavedRows - 1) / kInterleavedRows;
+    if (p.group_rows > 0) {
+      const int64_t groups_per_panel = kStoredPanelRows / p.group_rows;
+      const int64_t n_groups = (p.out + p.group_rows - 1) / p.group_rows;
       const int64_t g_begin = local * groups_per_panel, g_end = std::min(n_groups, g_begin + groups_per_panel);
-      linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+      if (p.group_rows == 16) {
+        linear_interleaved16_avx512_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+      } else {
+        linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+      }
     } else if (is_half(p.type)) {
       linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, local, local + 1);
     } else {

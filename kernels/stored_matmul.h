@@ -36,7 +36,7 @@ struct StoredProduct {
   int64_t out;
   const float* bias;  // [out] or nullptr
   float* y;
-  bool interleaved = false;  // w is in kernels/interleaved_rows.h's layout, not rows
+  int group_rows = 0;  // > 0: w is in kernels/interleaved_rows.h's layout with groups of this many rows
 };
 // Several products of the same input x: [n, in] (q, k and v; gate and up), each output exactly
 // what linear_stored() alone gives. The activations are quantized once and all the products'

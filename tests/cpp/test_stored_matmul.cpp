@@ -5,8 +5,8 @@
 // - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
 // - a token's outputs do not depend on the batch it is in;
 // - activation quantization follows ggml's Q8_0/Q8_1 rules;
-// - Q4_1 rows interleaved eight at a time (kernels/interleaved_rows.h) give the same results bit
-//   for bit, and come back unchanged.
+// - Q4_1 rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same results
+//   bit for bit, and come back unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -212,28 +212,32 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
   EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
 }
 
-// Interleaved Q4_1 rows: the same bytes regrouped, every output bit-identical to the reference
-// on the rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with
-// and without a bias, one token and several, alone and next to a row-layout product.
-TEST(StoredLinear, InterleavedQ4_1EqualsTheRowLayout) {
-  if (!has_interleaved_layout(DType::Q4_1)) GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
-  std::mt19937 rng(33);
+// Interleaved Q4_1 rows (8 at a time for the AVX2 kernel, 16 for the AVX-512 VNNI one): the same
+// bytes regrouped, every output bit-identical to the reference on the rows as stored (so to the
+// row tiles too), for groups that end part-way (37 rows), with and without a bias, for 1 to 5
+// tokens (the AVX-512 kernel takes them two at a time), next to a row-layout product.
+class InterleavedQ4_1 : public ::testing::TestWithParam<int> {};
+
+TEST_P(InterleavedQ4_1, EqualsTheRowLayout) {
+  const int R = GetParam();
+  if (!interleaved_kernel_available(R)) GTEST_SKIP() << "no kernel for groups of " << R << " rows on this CPU";
+  std::mt19937 rng(33 + R);
   const int64_t in = 192;
   std::normal_distribution<float> normal(0.0f, 2.0f);
-  for (int64_t out : {8, 37, 64}) {
+  for (int64_t out : {8, 16, 37, 64}) {
     const std::vector<uint8_t> rows = random_rows(DType::Q4_1, out, in, rng);
-    const std::vector<uint8_t> grouped = interleave_rows(DType::Q4_1, rows.data(), out, in);
-    ASSERT_EQ(grouped.size(), interleaved_bytes(DType::Q4_1, out, in));
-    EXPECT_EQ(grouped.size(), size_t((out + 7) / 8 * 8) * dtype_row_bytes(DType::Q4_1, in));
+    const std::vector<uint8_t> grouped = interleave_rows(DType::Q4_1, rows.data(), out, in, R);
+    ASSERT_EQ(grouped.size(), interleaved_bytes(DType::Q4_1, out, in, R));
+    EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) * dtype_row_bytes(DType::Q4_1, in));
     std::vector<uint8_t> row(dtype_row_bytes(DType::Q4_1, in));
     for (int64_t o = 0; o < out; ++o) {
-      deinterleave_row(DType::Q4_1, grouped.data(), in, o, row.data());
+      deinterleave_row(DType::Q4_1, grouped.data(), in, R, o, row.data());
       ASSERT_EQ(std::memcmp(row.data(), rows.data() + o * row.size(), row.size()), 0) << "row " << o;
     }
     std::vector<float> bias(out);
     for (float& v : bias) v = normal(rng);
     const std::vector<uint8_t> other = random_rows(DType::Q8_0, 24, in, rng);
-    for (int64_t n : {1, 3, 5}) {
+    for (int64_t n : {1, 2, 3, 5}) {
       std::vector<float> x(n * in);
       for (float& v : x) v = normal(rng);
       for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
@@ -241,7 +245,7 @@ TEST(StoredLinear, InterleavedQ4_1EqualsTheRowLayout) {
         linear_stored_reference(x.data(), n, in, DType::Q4_1, rows.data(), out, b, reference.data());
         linear_stored(x.data(), n, in, DType::Q8_0, other.data(), 24, nullptr, other_alone.data());
         const StoredProduct products[] = {{DType::Q8_0, other.data(), 24, nullptr, other_together.data()},
-                                          {DType::Q4_1, grouped.data(), out, b, fast.data(), true}};
+                                          {DType::Q4_1, grouped.data(), out, b, fast.data(), R}};
         linear_stored_many(x.data(), n, in, products, 2);
         for (int64_t i = 0; i < n * out; ++i)
           ASSERT_EQ(fast[i], reference[i]) << "out " << out << ", n " << n << ", element " << i;
@@ -249,11 +253,18 @@ TEST(StoredLinear, InterleavedQ4_1EqualsTheRowLayout) {
       }
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupRows, InterleavedQ4_1, ::testing::Values(8, 16));
+
+TEST(StoredLinear, InterleavedLayoutRefusesWhatItCannotHold) {
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(interleave_rows(DType::Q8_0, w.data(), 1, 32), std::exception);
-  EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 48), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q8_0, w.data(), 1, 32, 8), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 48, 8), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 32, 4), std::exception);
+  EXPECT_EQ(interleaved_group_rows(DType::Q8_0), 0);
   std::vector<float> x(64), y(8);
-  const StoredProduct bad{DType::Q8_0, w.data(), 1, nullptr, y.data(), true};
+  const StoredProduct bad{DType::Q8_0, w.data(), 1, nullptr, y.data(), 8};
   EXPECT_THROW(linear_stored_many(x.data(), 1, 64, &bad, 1), std::exception);
 }
 

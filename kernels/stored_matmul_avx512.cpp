@@ -1,0 +1,114 @@
+// AVX-512 (F, BW, VL, VNNI) tiles for linear_stored(). This file is compiled with those
+// instruction sets (CMakeLists.txt) and called only when the CPU has them. Like
+// stored_matmul_avx2.cpp it includes no headers with inline C++ library code, so no
+// AVX-512-compiled copy of a shared inline function can be picked by the linker for others.
+#include "kernels/stored_matmul_avx512.h"
+
+// GCC 12's own avx512fintrin.h trips -Wmaybe-uninitialized on its _mm512_undefined_* idiom.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/interleaved_rows.h"
+#include "kernels/stored_matmul.h"
+
+namespace tq {
+namespace {
+
+constexpr int kRows = 16;
+constexpr size_t kSliceBytes = q4_1_group_slice_bytes(kRows);
+
+// T tokens against one group of 16 interleaved Q4_1 rows. Vector k of acc[t] holds lane k of each
+// row's eight lane accumulators (lane k: values 4k..4k+3 of each slice), so every output sees
+// exactly the row tile's operations: the exact integer sum of 4 products times d·d_act fused into
+// lane k, the offsets m·s in their own chain, the lanes summed as (0+4, 2+6), (1+5, 3+7), the
+// offsets added. total[t]: the 16 rows' outputs for token t (before the bias).
+template <int T>
+inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, int64_t act_stride,
+                       __m512* total) {
+  __m512 acc[T][8], offsets[T];
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    offsets[t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n_slices; ++b, group += kSliceBytes) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
+    __m512 dd[T];
+    int32_t qa[T][8];  // token t's activation values 4k..4k+3 as one int32
+  #pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+      const ActivationBlock& a = act[t * act_stride + b];
+      dd[t] = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
+      offsets[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), offsets[t]);
+      std::memcpy(qa[t], a.qs, 32);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i chunk = _mm512_loadu_si512(group + 4 * kRows + 4 * kRows * k);
+      const __m512i low = _mm512_and_si512(chunk, low4);
+      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
+    #pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+        const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_set1_epi32(qa[t][k]));
+        const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, _mm512_set1_epi32(qa[t][k + 4]));
+        acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
+        acc[t][k + 4] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    const __m512 r0 = _mm512_add_ps(acc[t][4], acc[t][0]), r1 = _mm512_add_ps(acc[t][5], acc[t][1]);
+    const __m512 r2 = _mm512_add_ps(acc[t][6], acc[t][2]), r3 = _mm512_add_ps(acc[t][7], acc[t][3]);
+    total[t] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)), offsets[t]);
+  }
+}
+
+template <int T>
+inline void store_group(const __m512* total, int64_t rows, const float* bias, int64_t o0, int64_t out, float* y) {
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    float v[kRows];
+    _mm512_storeu_ps(v, total[t]);
+    float* dst = y + t * out + o0;
+    for (int64_t r = 0; r < rows; ++r) dst[r] = bias ? v[r] + bias[o0 + r] : v[r];
+  }
+}
+
+}  // namespace
+
+bool stored_matmul_avx512_available() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices,
+                                        const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                                        int64_t g_end) {
+  if (t != DType::Q4_1) return;  // linear_stored_many() checked the type
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * kSliceBytes;
+    const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
+    // Two tokens at a time (each unpacked chunk serves both); the group's slices stay in L1.
+    int64_t tok = 0;
+    for (; tok + 2 <= n; tok += 2) {
+      __m512 total[2];
+      q4_1_group<2>(group, n_slices, act + tok * n_slices, n_slices, total);
+      store_group<2>(total, rows, bias, o0, out, y + tok * out);
+    }
+    if (tok < n) {
+      __m512 total[1];
+      q4_1_group<1>(group, n_slices, act + tok * n_slices, n_slices, total);
+      store_group<1>(total, rows, bias, o0, out, y + tok * out);
+    }
+  }
+}
+
+}  // namespace tq

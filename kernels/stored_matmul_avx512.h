@@ -1,0 +1,23 @@
+// The AVX-512 kernels behind linear_stored() (kernels/stored_matmul.h). Their file is compiled
+// with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; call them only when
+// stored_matmul_avx512_available() says the CPU has all of these.
+#pragma once
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace tq {
+
+struct ActivationBlock;
+
+bool stored_matmul_avx512_available();
+
+// Q4_1 rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end) of
+// one product, bit-identical to linear_stored_reference on the same rows as stored (the integer
+// dot of each 4 values is exact whether maddubs+madd or VNNI's dpbusd forms it).
+// act: [n, n_slices]; w: `out` interleaved rows; y: [n, out].
+void linear_interleaved16_avx512_groups(DType weight_type, const ActivationBlock* act, int64_t n, int64_t n_slices,
+                                        const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                                        int64_t g_end);
+
+}  // namespace tq
