@@ -9,67 +9,90 @@ namespace tq {
 namespace {
 
 constexpr int64_t kSlice = 32;
-constexpr size_t kQ4_1BlockBytes = 20;  // {f16 d; f16 m; u8 qs[16]}
+
+// A block format as the layout sees it: `scales` fp16 fields first (d, then m for Q4_1), then the
+// quantized bytes in chunks of 4; `flip`: bytes stored XOR 0x80 (signed int8 → unsigned, for VNNI).
+struct BlockShape {
+  int block_bytes;
+  int scales;
+  int chunks;
+  bool flip;
+};
+
+BlockShape block_shape(DType t) {
+  if (t == DType::Q4_1) return {20, 2, 4, false};  // {f16 d; f16 m; u8 qs[16]}
+  return {34, 1, 8, true};                          // Q8_0 {f16 d; i8 qs[32]}
+}
 
 void check_layout(DType t, int64_t in, int group_rows) {
-  if (t != DType::Q4_1) fail("no interleaved row layout for weight type {}", dtype_traits(t).name);
+  if (t != DType::Q4_1 && t != DType::Q8_0) fail("no interleaved row layout for weight type {}", dtype_traits(t).name);
   if (group_rows != 8 && group_rows != 16) fail("interleaved rows: groups of {} rows (8 or 16 are laid out)", group_rows);
   if (in % kSlice != 0) fail("interleaved rows: width {} is not a multiple of {}", in, kSlice);
 }
 
-// Row r's slice b: the group's slice block.
-inline size_t group_slice_offset(int64_t n_slices, int group_rows, int64_t row, int64_t b) {
-  return (static_cast<size_t>(row / group_rows) * n_slices + b) * q4_1_group_slice_bytes(group_rows);
+// Copies row r's block to or from its place in a group's slice (R rows).
+template <bool kToGroup>
+void move_block(const BlockShape& b, int R, int r, uint8_t* group_slice, uint8_t* block) {
+  for (int s = 0; s < b.scales; ++s) {
+    uint8_t* g = group_slice + 2 * R * s + 2 * r;
+    kToGroup ? std::memcpy(g, block + 2 * s, 2) : std::memcpy(block + 2 * s, g, 2);
+  }
+  for (int k = 0; k < b.chunks; ++k) {
+    uint8_t* g = group_slice + 2 * R * b.scales + 4 * R * k + 4 * r;
+    uint8_t* q = block + 2 * b.scales + 4 * k;
+    for (int i = 0; i < 4; ++i) {
+      if (kToGroup) {
+        g[i] = b.flip ? q[i] ^ 0x80 : q[i];
+      } else {
+        q[i] = b.flip ? g[i] ^ 0x80 : g[i];
+      }
+    }
+  }
 }
 
 }  // namespace
 
-bool interleaved_kernel_available(int group_rows) {
+bool interleaved_kernel_available(DType t, int group_rows) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
-  if (group_rows == 8) return avx2;
-  if (group_rows == 16) return avx2 && stored_matmul_avx512_available();
+  if (group_rows == 16) return (t == DType::Q4_1 || t == DType::Q8_0) && avx2 && stored_matmul_avx512_available();
+  if (group_rows == 8) return t == DType::Q4_1 && avx2;
   return false;
 }
 
 int interleaved_group_rows(DType t) {
-  if (t != DType::Q4_1) return 0;
-  return interleaved_kernel_available(16) ? 16 : interleaved_kernel_available(8) ? 8 : 0;
+  return interleaved_kernel_available(t, 16) ? 16 : interleaved_kernel_available(t, 8) ? 8 : 0;
 }
 
 size_t interleaved_bytes(DType t, int64_t out, int64_t in, int group_rows) {
   check_layout(t, in, group_rows);
   const int64_t groups = (out + group_rows - 1) / group_rows;
-  return static_cast<size_t>(groups) * static_cast<size_t>(in / kSlice) * q4_1_group_slice_bytes(group_rows);
+  return static_cast<size_t>(groups) * static_cast<size_t>(in / kSlice) * interleaved_slice_bytes(t, group_rows);
 }
 
 std::vector<uint8_t> interleave_rows(DType t, const uint8_t* rows, int64_t out, int64_t in, int group_rows) {
-  std::vector<uint8_t> dst(interleaved_bytes(t, out, in, group_rows), 0);  // padding rows stay zero: d = m = 0
+  std::vector<uint8_t> dst(interleaved_bytes(t, out, in, group_rows), 0);  // padding rows: scales 0
+  const BlockShape shape = block_shape(t);
   const int64_t n_slices = in / kSlice;
-  const int R = group_rows;
-  for (int64_t o = 0; o < out; ++o) {
-    const int r = static_cast<int>(o % R);
+  const size_t slice_bytes = interleaved_slice_bytes(t, group_rows);
+  for (int64_t o = 0; o < out; ++o)
     for (int64_t b = 0; b < n_slices; ++b) {
-      const uint8_t* blk = rows + (o * n_slices + b) * kQ4_1BlockBytes;
-      uint8_t* g = dst.data() + group_slice_offset(n_slices, R, o, b);
-      std::memcpy(g + 2 * r, blk, 2);              // d
-      std::memcpy(g + 2 * R + 2 * r, blk + 2, 2);  // m
-      for (int k = 0; k < 4; ++k) std::memcpy(g + 4 * R + 4 * R * k + 4 * r, blk + 4 + 4 * k, 4);
+      uint8_t* group_slice = dst.data() + (static_cast<size_t>(o / group_rows) * n_slices + b) * slice_bytes;
+      const uint8_t* block = rows + (o * n_slices + b) * shape.block_bytes;
+      move_block<true>(shape, group_rows, static_cast<int>(o % group_rows), group_slice, const_cast<uint8_t*>(block));
     }
-  }
   return dst;
 }
 
 void deinterleave_row(DType t, const uint8_t* interleaved, int64_t in, int group_rows, int64_t row, uint8_t* dst) {
   check_layout(t, in, group_rows);
+  const BlockShape shape = block_shape(t);
   const int64_t n_slices = in / kSlice;
-  const int R = group_rows, r = static_cast<int>(row % R);
+  const size_t slice_bytes = interleaved_slice_bytes(t, group_rows);
   for (int64_t b = 0; b < n_slices; ++b) {
-    const uint8_t* g = interleaved + group_slice_offset(n_slices, R, row, b);
-    uint8_t* blk = dst + b * kQ4_1BlockBytes;
-    std::memcpy(blk, g + 2 * r, 2);
-    std::memcpy(blk + 2, g + 2 * R + 2 * r, 2);
-    for (int k = 0; k < 4; ++k) std::memcpy(blk + 4 + 4 * k, g + 4 * R + 4 * R * k + 4 * r, 4);
+    const uint8_t* group_slice = interleaved + (static_cast<size_t>(row / group_rows) * n_slices + b) * slice_bytes;
+    move_block<false>(shape, group_rows, static_cast<int>(row % group_rows), const_cast<uint8_t*>(group_slice),
+                      dst + b * shape.block_bytes);
   }
 }
 

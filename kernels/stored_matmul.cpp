@@ -160,7 +160,7 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   for (int i = 0; i < count; ++i) {
     check_shapes(in, products[i].type);
     if (products[i].group_rows > 0 &&
-        (products[i].type != DType::Q4_1 || !interleaved_kernel_available(products[i].group_rows)))
+        !interleaved_kernel_available(products[i].type, products[i].group_rows))
       fail("stored linear: no kernel for {} rows interleaved {} at a time on this CPU",
            dtype_traits(products[i].type).name, products[i].group_rows);
     any_blocks = any_blocks || !is_half(products[i].type);
@@ -169,6 +169,12 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   std::vector<ActivationBlock> act;
   if (any_blocks) act = quantize_rows(x, n, in, true);  // once for every product
   const int64_t n_slices = in / kSlice;
+  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 interleaved rows (their VNNI kernel)
+  for (int i = 0; i < count && act_sums.empty(); ++i)
+    if (products[i].type == DType::Q8_0 && products[i].group_rows == 16) {
+      act_sums.resize(act.size() * 8);
+      activation_group_sums(act.data(), static_cast<int64_t>(act.size()), act_sums.data());
+    }
   // One parallel loop over every product's panels: one fork and one join for all of them.
 #pragma omp parallel for schedule(static)
   for (int64_t panel = 0; panel < first_panel[count]; ++panel) {
@@ -182,7 +188,8 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       const int64_t n_groups = (p.out + p.group_rows - 1) / p.group_rows;
       const int64_t g_begin = local * groups_per_panel, g_end = std::min(n_groups, g_begin + groups_per_panel);
       if (p.group_rows == 16) {
-        linear_interleaved16_avx512_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+        linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.data(), n, n_slices, p.w, p.out, p.bias, p.y,
+                                           g_begin, g_end);
       } else {
         linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }

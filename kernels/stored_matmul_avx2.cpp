@@ -277,7 +277,7 @@ inline void q4_1_group_token(const uint8_t* group, int64_t n_slices, const Activ
   __m256 offsets = _mm256_setzero_ps();
   unrolled<8>([&](int k) { acc[k] = _mm256_setzero_ps(); });
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t b = 0; b < n_slices; ++b, group += q4_1_group_slice_bytes(8)) {
+  for (int64_t b = 0; b < n_slices; ++b, group += interleaved_slice_bytes(DType::Q4_1, 8)) {
     const ActivationBlock& a = act[b];
     const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))),
                                    _mm256_set1_ps(a.d));
@@ -362,7 +362,7 @@ void linear_interleaved_avx2_groups(DType t, const ActivationBlock* act, int64_t
                                     int64_t g_end) {
   if (t != DType::Q4_1) return;  // linear_stored_many() checked the type
   for (int64_t g = g_begin; g < g_end; ++g) {
-    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * q4_1_group_slice_bytes(8);
+    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * interleaved_slice_bytes(DType::Q4_1, 8);
     const int64_t o0 = g * 8, rows = out - o0 < 8 ? out - o0 : 8;
     // Token by token: the group's slices (n_slices · 160 bytes) stay in L1 for the next token.
     for (int64_t tok = 0; tok < n; ++tok) {

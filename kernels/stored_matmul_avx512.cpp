@@ -17,7 +17,6 @@ namespace tq {
 namespace {
 
 constexpr int kRows = 16;
-constexpr size_t kSliceBytes = q4_1_group_slice_bytes(kRows);
 
 // T tokens against one group of 16 interleaved Q4_1 rows. Vector k of acc[t] holds lane k of each
 // row's eight lane accumulators (lane k: values 4k..4k+3 of each slice), so every output sees
@@ -25,8 +24,9 @@ constexpr size_t kSliceBytes = q4_1_group_slice_bytes(kRows);
 // lane k, the offsets m·s in their own chain, the lanes summed as (0+4, 2+6), (1+5, 3+7), the
 // offsets added. total[t]: the 16 rows' outputs for token t (before the bias).
 template <int T>
-inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, int64_t act_stride,
-                       __m512* total) {
+inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t*,
+                       int64_t act_stride, __m512* total) {
+  constexpr size_t kSliceBytes = interleaved_slice_bytes(DType::Q4_1, kRows);
   __m512 acc[T][8], offsets[T];
 #pragma GCC unroll 2
   for (int t = 0; t < T; ++t) {
@@ -69,6 +69,49 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
   }
 }
 
+// T tokens against one group of 16 interleaved Q8_0 rows, stored as q + 128 (unsigned): each
+// lane's dpbusd starts from -128·(the 4 activation values' sum) (act_sums), so it ends at the exact
+// signed dot Σ q·a that the row tile forms with the sign trick. The rest as q4_1_group, without
+// offsets.
+template <int T>
+inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t* act_sums,
+                       int64_t act_stride, __m512* total) {
+  constexpr size_t kSliceBytes = interleaved_slice_bytes(DType::Q8_0, kRows);
+  __m512 acc[T][8];
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_slices; ++b, group += kSliceBytes) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    __m512 dd[T];
+    int32_t qa[T][8];
+    const int32_t* start[T];  // -128 · Σ of values 4k..4k+3, k = 0..7
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
+      const ActivationBlock& a = act[t * act_stride + b];
+      dd[t] = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
+      std::memcpy(qa[t], a.qs, 32);
+      start[t] = act_sums + (t * act_stride + b) * 8;
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i chunk = _mm512_loadu_si512(group + 2 * kRows + 4 * kRows * k);
+#pragma GCC unroll 2
+      for (int t = 0; t < T; ++t) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k]), chunk, _mm512_set1_epi32(qa[t][k]));
+        acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(sum), acc[t][k]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    const __m512 r0 = _mm512_add_ps(acc[t][4], acc[t][0]), r1 = _mm512_add_ps(acc[t][5], acc[t][1]);
+    const __m512 r2 = _mm512_add_ps(acc[t][6], acc[t][2]), r3 = _mm512_add_ps(acc[t][7], acc[t][3]);
+    total[t] = _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
+  }
+}
+
 template <int T>
 inline void store_group(const __m512* total, int64_t rows, const float* bias, int64_t o0, int64_t out, float* y) {
 #pragma GCC unroll 2
@@ -77,6 +120,29 @@ inline void store_group(const __m512* total, int64_t rows, const float* bias, in
     _mm512_storeu_ps(v, total[t]);
     float* dst = y + t * out + o0;
     for (int64_t r = 0; r < rows; ++r) dst[r] = bias ? v[r] + bias[o0 + r] : v[r];
+  }
+}
+
+template <class GroupFn>
+void run_groups(const GroupFn& group_fn, size_t slice_bytes, const ActivationBlock* act, const int32_t* act_sums,
+                int64_t n, int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
+                int64_t g_begin, int64_t g_end) {
+  auto sums_of = [&](int64_t tok) { return act_sums ? act_sums + tok * n_slices * 8 : nullptr; };
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * slice_bytes;
+    const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
+    // Two tokens at a time (each loaded chunk serves both); the group's slices stay in L1.
+    int64_t tok = 0;
+    for (; tok + 2 <= n; tok += 2) {
+      __m512 total[2];
+      group_fn.template operator()<2>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+      store_group<2>(total, rows, bias, o0, out, y + tok * out);
+    }
+    if (tok < n) {
+      __m512 total[1];
+      group_fn.template operator()<1>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+      store_group<1>(total, rows, bias, o0, out, y + tok * out);
+    }
   }
 }
 
@@ -89,25 +155,26 @@ bool stored_matmul_avx512_available() {
   return ok;
 }
 
-void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices,
-                                        const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
-                                        int64_t g_end) {
-  if (t != DType::Q4_1) return;  // linear_stored_many() checked the type
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * kSliceBytes;
-    const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
-    // Two tokens at a time (each unpacked chunk serves both); the group's slices stay in L1.
-    int64_t tok = 0;
-    for (; tok + 2 <= n; tok += 2) {
-      __m512 total[2];
-      q4_1_group<2>(group, n_slices, act + tok * n_slices, n_slices, total);
-      store_group<2>(total, rows, bias, o0, out, y + tok * out);
+void activation_group_sums(const ActivationBlock* act, int64_t n_blocks, int32_t* sums) {
+  for (int64_t i = 0; i < n_blocks; ++i)
+    for (int k = 0; k < 8; ++k) {
+      const int8_t* q = act[i].qs + 4 * k;
+      sums[i * 8 + k] = -128 * (q[0] + q[1] + q[2] + q[3]);
     }
-    if (tok < n) {
-      __m512 total[1];
-      q4_1_group<1>(group, n_slices, act + tok * n_slices, n_slices, total);
-      store_group<1>(total, rows, bias, o0, out, y + tok * out);
-    }
+}
+
+void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, const int32_t* act_sums, int64_t n,
+                                        int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
+                                        int64_t g_begin, int64_t g_end) {
+  // The first argument of each call: the group kernel with its T as a template argument.
+  if (t == DType::Q4_1) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
+                        __m512* total) { q4_1_group<T>(g, s, a, sums, stride, total); };
+    run_groups(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
+  } else if (t == DType::Q8_0) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
+                        __m512* total) { q8_0_group<T>(g, s, a, sums, stride, total); };
+    run_groups(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
   }
 }
 

@@ -99,14 +99,13 @@ class TensorReader {
     return values;
   }
 
-  // `matmul_only`: the matrix is only ever multiplied (never looked up by row as an embedding), so
-  // it may be interleaved for the GEMV (kernels/interleaved_rows.h).
-  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in,
-                       bool matmul_only = true) {
+  // Interleaved for the GEMV (kernels/interleaved_rows.h) where this CPU has the kernel; the
+  // embedding too, whose row lookups (linear_row) read the layout as well.
+  LinearWeights linear(const std::string& w_name, const std::string& b_name, int64_t out, int64_t in) {
     LinearWeights lw;
     lw.out = out;
     lw.in = in;
-    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed, interleave_ && matmul_only ? &lw.group_rows : nullptr);
+    lw.dtype = read_into(w_name, {out, in}, &lw.w, &lw.packed, interleave_ ? &lw.group_rows : nullptr);
     if (!b_name.empty() && has(b_name)) lw.bias = read(b_name, {out});
     return lw;
   }
@@ -174,7 +173,7 @@ void load_weights(TensorReader& r, const TensorNaming& names, LoadedModel& m) {
   if (c.num_layers > 0 && !r.has(names.layer(c.num_layers - 1, "attn_norm")))
     fail("{}: tensor '{}' is missing (the config says {} layers)", m.path, names.layer(c.num_layers - 1, "attn_norm"),
          c.num_layers);
-  w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden, /*matmul_only=*/false);
+  w.token_embedding = r.linear(names.embedding, "", c.vocab_size, hidden);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
     auto n = [&](const char* role) { return names.layer(i, role); };

@@ -5,8 +5,8 @@
 // - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
 // - a token's outputs do not depend on the batch it is in;
 // - activation quantization follows ggml's Q8_0/Q8_1 rules;
-// - Q4_1 rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same results
-//   bit for bit, and come back unchanged.
+// - Q4_1 and Q8_0 rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same
+//   results bit for bit, and come back unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -212,26 +212,28 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
   EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
 }
 
-// Interleaved Q4_1 rows (8 at a time for the AVX2 kernel, 16 for the AVX-512 VNNI one): the same
-// bytes regrouped, every output bit-identical to the reference on the rows as stored (so to the
-// row tiles too), for groups that end part-way (37 rows), with and without a bias, for 1 to 5
-// tokens (the AVX-512 kernel takes them two at a time), next to a row-layout product.
-class InterleavedQ4_1 : public ::testing::TestWithParam<int> {};
+// Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1 and Q8_0 16 at a time for the
+// AVX-512 VNNI one): the same bytes regrouped, every output bit-identical to the reference on the
+// rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with and
+// without a bias, for 1 to 5 tokens (the AVX-512 kernel takes them two at a time), next to a
+// row-layout product.
+class InterleavedRows : public ::testing::TestWithParam<std::pair<DType, int>> {};
 
-TEST_P(InterleavedQ4_1, EqualsTheRowLayout) {
-  const int R = GetParam();
-  if (!interleaved_kernel_available(R)) GTEST_SKIP() << "no kernel for groups of " << R << " rows on this CPU";
-  std::mt19937 rng(33 + R);
+TEST_P(InterleavedRows, EqualTheRowLayout) {
+  const auto [t, R] = GetParam();
+  if (!interleaved_kernel_available(t, R))
+    GTEST_SKIP() << "no kernel for " << dtype_traits(t).name << " in groups of " << R << " rows on this CPU";
+  std::mt19937 rng(33 + R + static_cast<int>(t));
   const int64_t in = 192;
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int64_t out : {8, 16, 37, 64}) {
-    const std::vector<uint8_t> rows = random_rows(DType::Q4_1, out, in, rng);
-    const std::vector<uint8_t> grouped = interleave_rows(DType::Q4_1, rows.data(), out, in, R);
-    ASSERT_EQ(grouped.size(), interleaved_bytes(DType::Q4_1, out, in, R));
-    EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) * dtype_row_bytes(DType::Q4_1, in));
-    std::vector<uint8_t> row(dtype_row_bytes(DType::Q4_1, in));
+    const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
+    const std::vector<uint8_t> grouped = interleave_rows(t, rows.data(), out, in, R);
+    ASSERT_EQ(grouped.size(), interleaved_bytes(t, out, in, R));
+    EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) * dtype_row_bytes(t, in));
+    std::vector<uint8_t> row(dtype_row_bytes(t, in));
     for (int64_t o = 0; o < out; ++o) {
-      deinterleave_row(DType::Q4_1, grouped.data(), in, R, o, row.data());
+      deinterleave_row(t, grouped.data(), in, R, o, row.data());
       ASSERT_EQ(std::memcmp(row.data(), rows.data() + o * row.size(), row.size()), 0) << "row " << o;
     }
     std::vector<float> bias(out);
@@ -242,10 +244,10 @@ TEST_P(InterleavedQ4_1, EqualsTheRowLayout) {
       for (float& v : x) v = normal(rng);
       for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
         std::vector<float> reference(n * out), fast(n * out, -1.0f), other_alone(n * 24), other_together(n * 24);
-        linear_stored_reference(x.data(), n, in, DType::Q4_1, rows.data(), out, b, reference.data());
+        linear_stored_reference(x.data(), n, in, t, rows.data(), out, b, reference.data());
         linear_stored(x.data(), n, in, DType::Q8_0, other.data(), 24, nullptr, other_alone.data());
         const StoredProduct products[] = {{DType::Q8_0, other.data(), 24, nullptr, other_together.data()},
-                                          {DType::Q4_1, grouped.data(), out, b, fast.data(), R}};
+                                          {t, grouped.data(), out, b, fast.data(), R}};
         linear_stored_many(x.data(), n, in, products, 2);
         for (int64_t i = 0; i < n * out; ++i)
           ASSERT_EQ(fast[i], reference[i]) << "out " << out << ", n " << n << ", element " << i;
@@ -255,14 +257,17 @@ TEST_P(InterleavedQ4_1, EqualsTheRowLayout) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupRows, InterleavedQ4_1, ::testing::Values(8, 16));
+INSTANTIATE_TEST_SUITE_P(TypeAndGroupRows, InterleavedRows,
+                         ::testing::Values(std::make_pair(DType::Q4_1, 8), std::make_pair(DType::Q4_1, 16),
+                                           std::make_pair(DType::Q8_0, 16)));
 
 TEST(StoredLinear, InterleavedLayoutRefusesWhatItCannotHold) {
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(interleave_rows(DType::Q8_0, w.data(), 1, 32, 8), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q4_K, w.data(), 1, 256, 8), std::exception);
   EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 48, 8), std::exception);
   EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 32, 4), std::exception);
-  EXPECT_EQ(interleaved_group_rows(DType::Q8_0), 0);
+  EXPECT_EQ(interleaved_group_rows(DType::Q6_K), 0);
+  EXPECT_FALSE(interleaved_kernel_available(DType::Q8_0, 8));  // Q8_0 has only the VNNI kernel
   std::vector<float> x(64), y(8);
   const StoredProduct bad{DType::Q8_0, w.data(), 1, nullptr, y.data(), 8};
   EXPECT_THROW(linear_stored_many(x.data(), 1, 64, &bad, 1), std::exception);
