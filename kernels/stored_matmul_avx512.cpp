@@ -5,7 +5,9 @@
 #include "kernels/stored_matmul_avx512.h"
 
 // GCC 12's own avx512fintrin.h trips -Wmaybe-uninitialized on its _mm512_undefined_* idiom.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

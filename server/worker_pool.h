@@ -53,6 +53,7 @@ class WorkerPool : public httplib::TaskQueue {
   std::deque<std::function<void()>> jobs_;
   std::unordered_map<uint64_t, std::thread> threads_;  // alive, by id
   std::vector<std::thread> exited_;                    // left on idle: joined by the next enqueue/shutdown
+  bool trim_pending_ = false;                          // threads left since the last malloc_trim
   size_t idle_ = 0;                                    // threads alive and not running a job
   uint64_t next_id_ = 0;
   bool shutdown_ = false;
