@@ -300,16 +300,27 @@ Value filter_items(const Value& input, const CallArgs& args) {
   return Value::list(std::move(pairs));
 }
 
+// join's result is bounded: each join of a string by a separator multiplies its length, so a
+// chain of joins in a template would otherwise grow memory exponentially (found by fuzz_chat_template).
+constexpr size_t kMaxJoinBytes = size_t{1} << 26;
+
 Value filter_join(const Value& input, const CallArgs& args) {
   BoundArgs bound("join", args, {"d", "attribute"});
   std::string separator = to_str(bound.get_or(0, Value::string("")));
   std::optional<Value> attribute = bound.get_optional(1);
   std::string out;
   bool first = true;
-  for (const Value& item : iterate(input)) {
+  auto append = [&](const std::string& piece) {
+    if (out.size() + separator.size() + piece.size() > kMaxJoinBytes)
+      raise_error("MemoryError: join's result would be larger than {} bytes", kMaxJoinBytes);
     if (!first) out += separator;
     first = false;
-    out += to_str(attribute ? lookup_path(item, *attribute) : item);
+    out += piece;
+  };
+  if (input.is_string() && !attribute) {  // its characters, without a Value per character
+    for (char32_t c : pystr::decode(input.as_string())) append(pystr::encode(std::u32string(1, c)));
+  } else {
+    for (const Value& item : iterate(input)) append(to_str(attribute ? lookup_path(item, *attribute) : item));
   }
   return Value::string(std::move(out));
 }

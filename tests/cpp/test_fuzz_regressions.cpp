@@ -120,5 +120,22 @@ TEST(FuzzRegressions, ChatTemplateSeedsRenderOrFailWithTqError) {
   }
 }
 
+// fuzz_chat_template, session 6: a chain of joins of a string (each join multiplies its length by
+// the separator's) grew past the fuzzer's 2.5 GB limit. join's result is now bounded: the chain
+// fails with a MemoryError instead, and ordinary joins are unchanged.
+TEST(FuzzRegressions, ChainedJoinsFailWithAMemoryError) {
+  ChatTemplateInputs in;
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
+  const std::string chain = "{{ ('a,b' * 40) | join('xxxxxxxxxxxxxxxx') | join('yyyyyyyyyyyyyyyy') | join('zzzzzzzzzzzzzzzz')"
+                            " | join('wwwwwwwwwwwwwwww') | join('vvvvvvvvvvvvvvvv') | join('uuuuuuuuuuuuuuuu') }}";
+  try {
+    ChatTemplate(chain).render(in);
+    FAIL() << "the chain of joins rendered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MemoryError"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ChatTemplate("{{ 'abc' | join('-') }}|{{ ['x', 'y'] | join(', ') }}").render(in), "a-b-c|x, y");
+}
+
 }  // namespace
 }  // namespace tq
