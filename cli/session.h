@@ -18,7 +18,7 @@ struct ModelOptions {
   std::string model;  // empty: the bundled default model
   int threads = 0;    // 0: all cores
   bool dequantize_weights = false;
-  bool no_repack = false;  // keep Q4_1 rows as the file stores them (LoadOptions::interleave_weights)
+  bool no_repack = false;  // keep Q4_1/Q8_0 rows as the file stores them (LoadOptions::interleave_weights)
 };
 
 struct CacheOptions {

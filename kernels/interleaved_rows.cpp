@@ -30,24 +30,12 @@ void check_layout(DType t, int64_t in, int group_rows) {
   if (in % kSlice != 0) fail("interleaved rows: width {} is not a multiple of {}", in, kSlice);
 }
 
-// Copies row r's block to or from its place in a group's slice (R rows).
-template <bool kToGroup>
-void move_block(const BlockShape& b, int R, int r, uint8_t* group_slice, uint8_t* block) {
-  for (int s = 0; s < b.scales; ++s) {
-    uint8_t* g = group_slice + 2 * R * s + 2 * r;
-    kToGroup ? std::memcpy(g, block + 2 * s, 2) : std::memcpy(block + 2 * s, g, 2);
-  }
-  for (int k = 0; k < b.chunks; ++k) {
-    uint8_t* g = group_slice + 2 * R * b.scales + 4 * R * k + 4 * r;
-    uint8_t* q = block + 2 * b.scales + 4 * k;
-    for (int i = 0; i < 4; ++i) {
-      if (kToGroup) {
-        g[i] = b.flip ? q[i] ^ 0x80 : q[i];
-      } else {
-        q[i] = b.flip ? g[i] ^ 0x80 : g[i];
-      }
-    }
-  }
+// Calls fn(offset in the group's slice, offset in row r's block, bytes, xor mask) for each field
+// of row r's block (R rows per group): its fp16 scales, then its quantized bytes 4 at a time.
+template <class Fn>
+void for_each_field(const BlockShape& b, int R, int r, const Fn& fn) {
+  for (int s = 0; s < b.scales; ++s) fn(2 * R * s + 2 * r, 2 * s, 2, 0);
+  for (int k = 0; k < b.chunks; ++k) fn(2 * R * b.scales + 4 * R * k + 4 * r, 2 * b.scales + 4 * k, 4, b.flip ? 0x80 : 0);
 }
 
 }  // namespace
@@ -79,7 +67,9 @@ std::vector<uint8_t> interleave_rows(DType t, const uint8_t* rows, int64_t out, 
     for (int64_t b = 0; b < n_slices; ++b) {
       uint8_t* group_slice = dst.data() + (static_cast<size_t>(o / group_rows) * n_slices + b) * slice_bytes;
       const uint8_t* block = rows + (o * n_slices + b) * shape.block_bytes;
-      move_block<true>(shape, group_rows, static_cast<int>(o % group_rows), group_slice, const_cast<uint8_t*>(block));
+      for_each_field(shape, group_rows, static_cast<int>(o % group_rows), [&](int g, int q, int n, uint8_t mask) {
+        for (int i = 0; i < n; ++i) group_slice[g + i] = block[q + i] ^ mask;
+      });
     }
   return dst;
 }
@@ -91,8 +81,10 @@ void deinterleave_row(DType t, const uint8_t* interleaved, int64_t in, int group
   const size_t slice_bytes = interleaved_slice_bytes(t, group_rows);
   for (int64_t b = 0; b < n_slices; ++b) {
     const uint8_t* group_slice = interleaved + (static_cast<size_t>(row / group_rows) * n_slices + b) * slice_bytes;
-    move_block<false>(shape, group_rows, static_cast<int>(row % group_rows), const_cast<uint8_t*>(group_slice),
-                      dst + b * shape.block_bytes);
+    uint8_t* block = dst + b * shape.block_bytes;
+    for_each_field(shape, group_rows, static_cast<int>(row % group_rows), [&](int g, int q, int n, uint8_t mask) {
+      for (int i = 0; i < n; ++i) block[q + i] = group_slice[g + i] ^ mask;
+    });
   }
 }
 

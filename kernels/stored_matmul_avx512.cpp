@@ -20,6 +20,14 @@ namespace {
 
 constexpr int kRows = 16;
 
+// Eight lane accumulators (vector k: lane k of each row) summed in ggml's hsum order:
+// (0+4, 2+6), (1+5, 3+7), then the two.
+inline __m512 sum_lanes(const __m512* acc) {
+  const __m512 r0 = _mm512_add_ps(acc[4], acc[0]), r1 = _mm512_add_ps(acc[5], acc[1]);
+  const __m512 r2 = _mm512_add_ps(acc[6], acc[2]), r3 = _mm512_add_ps(acc[7], acc[3]);
+  return _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
+}
+
 // T tokens against one group of 16 interleaved Q4_1 rows. Vector k of acc[t] holds lane k of each
 // row's eight lane accumulators (lane k: values 4k..4k+3 of each slice), so every output sees
 // exactly the row tile's operations: the exact integer sum of 4 products times d·d_act fused into
@@ -42,8 +50,8 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
     __m512 dd[T];
     int32_t qa[T][8];  // token t's activation values 4k..4k+3 as one int32
-  #pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
       const ActivationBlock& a = act[t * act_stride + b];
       dd[t] = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
       offsets[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), offsets[t]);
@@ -54,8 +62,8 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
       const __m512i chunk = _mm512_loadu_si512(group + 4 * kRows + 4 * kRows * k);
       const __m512i low = _mm512_and_si512(chunk, low4);
       const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
-    #pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 2
+      for (int t = 0; t < T; ++t) {
         const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_set1_epi32(qa[t][k]));
         const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, _mm512_set1_epi32(qa[t][k + 4]));
         acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
@@ -64,11 +72,7 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
     }
   }
 #pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) {
-    const __m512 r0 = _mm512_add_ps(acc[t][4], acc[t][0]), r1 = _mm512_add_ps(acc[t][5], acc[t][1]);
-    const __m512 r2 = _mm512_add_ps(acc[t][6], acc[t][2]), r3 = _mm512_add_ps(acc[t][7], acc[t][3]);
-    total[t] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)), offsets[t]);
-  }
+  for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(sum_lanes(acc[t]), offsets[t]);
 }
 
 // T tokens against one group of 16 interleaved Q8_0 rows, stored as q + 128 (unsigned): each
@@ -107,11 +111,7 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
     }
   }
 #pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) {
-    const __m512 r0 = _mm512_add_ps(acc[t][4], acc[t][0]), r1 = _mm512_add_ps(acc[t][5], acc[t][1]);
-    const __m512 r2 = _mm512_add_ps(acc[t][6], acc[t][2]), r3 = _mm512_add_ps(acc[t][7], acc[t][3]);
-    total[t] = _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
-  }
+  for (int t = 0; t < T; ++t) total[t] = sum_lanes(acc[t]);
 }
 
 template <int T>

@@ -126,8 +126,11 @@ TEST(FuzzRegressions, ChatTemplateSeedsRenderOrFailWithTqError) {
 TEST(FuzzRegressions, ChainedJoinsFailWithAMemoryError) {
   ChatTemplateInputs in;
   in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
-  const std::string chain = "{{ ('a,b' * 40) | join('xxxxxxxxxxxxxxxx') | join('yyyyyyyyyyyyyyyy') | join('zzzzzzzzzzzzzzzz')"
-                            " | join('wwwwwwwwwwwwwwww') | join('vvvvvvvvvvvvvvvv') | join('uuuuuuuuuuuuuuuu') }}";
+  // Six joins by 16-character separators: 280 characters would become about 280 · 17^6 bytes.
+  const std::string sep = "'" + std::string(16, '#') + "'";
+  std::string chain = "{{ ('a,b' * 40)";
+  for (int i = 0; i < 6; ++i) chain += " | join(" + sep + ")";
+  chain += " }}";
   try {
     ChatTemplate(chain).render(in);
     FAIL() << "the chain of joins rendered";
