@@ -272,8 +272,9 @@ size_t GuardedHttpServer::longest_header_line() { return t_stream ? t_stream->lo
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   if (active_.fetch_add(1) >= limits_.max_connections) {
-    refuse(sock);
+    // Not served, so it holds no slot while its 503 is sent and the socket lingers.
     active_.fetch_sub(1);
+    refuse(sock);
     return false;
   }
   bool ret = false;
@@ -295,13 +296,15 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     }
     t_stream = nullptr;
   }
+  // The slot is free once the last response is out: a client that reads it and connects again
+  // at once must not find its old connection still counted while this one lingers or closes.
+  active_.fetch_sub(1);
   if (faulted) {
     graceful_close(sock, 200);
   } else {
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
   }
-  active_.fetch_sub(1);
   return ret;
 }
 

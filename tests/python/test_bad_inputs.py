@@ -196,9 +196,13 @@ def test_openai_client_raises_the_matching_exceptions(servers):
                                        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
     with pytest.raises(openai.BadRequestError, match="wizard"):
         client.chat.completions.create(model="smollm2", messages=[{"role": "wizard", "content": "x"}])
-    limited = openai.OpenAI(base_url=servers["limits"].url + "/v1", api_key="wrong", max_retries=0, timeout=60)
-    with pytest.raises(openai.AuthenticationError):
-        limited.models.list()
+    client.close()
+    # Closed at once: an httpx client left to the garbage collector keeps its idle keep-alive
+    # connection, which holds one of the limits server's two --max-connections slots.
+    with openai.OpenAI(base_url=servers["limits"].url + "/v1", api_key="wrong", max_retries=0,
+                       timeout=60) as limited:
+        with pytest.raises(openai.AuthenticationError):
+            limited.models.list()
 
 
 @pytest.mark.parametrize("name", ["main", "limits"])
