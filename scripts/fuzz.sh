@@ -86,12 +86,12 @@ run_target() {
     -rss_limit_mb=2560 -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
   local took=$((SECONDS - start))
   local execs units
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  execs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   units=$(find "$corpus" -type f | wc -l)
   if [ -n "${TQ_FUZZ_KEEP_CORPUS:-}" ]; then mkdir -p "$TQ_FUZZ_KEEP_CORPUS/$t" && cp -r "$corpus/." "$TQ_FUZZ_KEEP_CORPUS/$t/"; fi
   if [ $rc -ne 0 ]; then
     printf '%-14s %12s executions in %6ss  %5s corpus units  CRASH (exit %d): %s\n' "$t" "${execs:-?}" "$took" "$units" "$rc" \
-      "$(grep -o -m1 -E 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: .*|fuzz invariant violated: .*|deadly signal|Test unit written to .*' "$log" | head -1)" \
+      "$(grep -a -o -m1 -E 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: .*|fuzz invariant violated: .*|deadly signal|Test unit written to .*' "$log" | head -1)" \
       >"$work/$t.summary"
     echo "---- fuzz_$t failed; end of $log:"
     tail -40 "$log"
