@@ -13,7 +13,9 @@
 # Environment: TQ_FUZZ_BUILD (build folder, default build-fuzz), TQ_FUZZ_JOBS (build jobs, default 2),
 # TQ_FUZZ_KEEP_CORPUS=DIR (copy each grown corpus to DIR/<target> for inspection),
 # TQ_FUZZ_PARALLEL=N (run N targets at once, one core each; default 1),
-# TQ_FUZZ_RUNS=N (stop a target after N executions, if that comes before SECONDS_PER_TARGET).
+# TQ_FUZZ_RUNS=N (stop a target after N executions, if that comes before SECONDS_PER_TARGET),
+# TQ_FUZZ_WORKERS=N (fuzz each target with N libFuzzer processes sharing one corpus, as libFuzzer's
+# -jobs does; each reloads the units the others add; TQ_FUZZ_RUNS then bounds the sum; default 1).
 # A long run to 10 M executions each, two at a time:
 #   TQ_FUZZ_PARALLEL=2 TQ_FUZZ_RUNS=10000000 scripts/fuzz.sh 14400
 set -euo pipefail
@@ -69,24 +71,49 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # one core per fuzzer; threads 
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+WORKERS=${TQ_FUZZ_WORKERS:-1}
 RUNS_LIMIT=()
-[ -n "${TQ_FUZZ_RUNS:-}" ] && RUNS_LIMIT=("-runs=$TQ_FUZZ_RUNS")
+[ -n "${TQ_FUZZ_RUNS:-}" ] && RUNS_LIMIT=("-runs=$(((TQ_FUZZ_RUNS + WORKERS - 1) / WORKERS))")
 
 # Runs one target; leaves its one-line summary in $work/$t.summary and exits nonzero on a crash.
 run_target() {
   local t=$1
-  local corpus="$work/$t" artifacts="$BUILD/fuzz-artifacts/$t" log="$BUILD/fuzz-logs/$t.log"
+  local corpus="$work/$t" artifacts="$BUILD/fuzz-artifacts/$t" log="$BUILD/fuzz-logs/$t.log" logs=()
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   cp -r "fuzz/corpus/$t/." "$corpus/"
   local dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=("-dict=fuzz/dict/$t.dict")
-  echo "fuzz.sh: fuzz_$t for ${SECONDS_PER_TARGET}s${TQ_FUZZ_RUNS:+ or $TQ_FUZZ_RUNS executions} (log: $log)"
-  local start=$SECONDS rc=0
-  nice -n 10 "$BUILD/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time="$SECONDS_PER_TARGET" "${RUNS_LIMIT[@]}" \
-    -rss_limit_mb=2560 -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
+  echo "fuzz.sh: fuzz_$t for ${SECONDS_PER_TARGET}s${TQ_FUZZ_RUNS:+ or $TQ_FUZZ_RUNS executions}, $WORKERS worker(s) (log: $log)"
+  local start=$SECONDS rc=0 w worker_pids=()
+  for ((w = 1; w <= WORKERS; w++)); do
+    logs+=("$log")
+    nice -n 10 "$BUILD/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time="$SECONDS_PER_TARGET" "${RUNS_LIMIT[@]}" \
+      -rss_limit_mb=2560 -timeout=25 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 &
+    worker_pids+=($!)
+    log="$BUILD/fuzz-logs/$t.worker$((w + 1)).log"
+  done
+  local running=("${worker_pids[@]}") finished status  # the first worker to fail stops the others
+  while [ ${#running[@]} -gt 0 ]; do
+    status=0
+    wait -n -p finished "${running[@]}" || status=$?
+    local still=() pid
+    for pid in "${running[@]}"; do [ "$pid" = "$finished" ] || still+=("$pid"); done
+    running=("${still[@]}")
+    if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+      rc=$status
+      kill "${running[@]}" 2>/dev/null || true
+    fi
+  done
   local took=$((SECONDS - start))
-  local execs units
-  execs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  local execs="" units count
+  log=${logs[0]}
+  for w in "${logs[@]}"; do  # the sum over the workers; '?' if one printed no final stats
+    count=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$w" | tail -1 | grep -o '[0-9]*$' || true)
+    [ "$rc" -ne 0 ] && [ -z "$count" ] && continue
+    [ -z "$count" ] && { execs="?"; break; }
+    execs=$((${execs:-0} + count))
+    [ "$rc" -ne 0 ] && grep -a -q -E 'ERROR: |runtime error: |fuzz invariant violated|deadly signal' "$w" && log=$w
+  done
   units=$(find "$corpus" -type f | wc -l)
   if [ -n "${TQ_FUZZ_KEEP_CORPUS:-}" ]; then mkdir -p "$TQ_FUZZ_KEEP_CORPUS/$t" && cp -r "$corpus/." "$TQ_FUZZ_KEEP_CORPUS/$t/"; fi
   if [ $rc -ne 0 ]; then

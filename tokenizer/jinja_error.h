@@ -3,6 +3,7 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,6 +29,21 @@ class TemplateError : public std::runtime_error {
 template <typename... Args>
 [[noreturn]] void raise_error(fmt::format_string<Args...> format, Args&&... args) {
   throw TemplateError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Python builds strings and lists of any size. A prompt never needs more than these, and a template
+// that doubles a string or list in a loop would otherwise exhaust memory (found by fuzz_chat_template).
+constexpr size_t kMaxStringBytes = size_t{1} << 26;
+constexpr size_t kMaxSequenceItems = size_t{1} << 22;
+
+// Raises a MemoryError before `what` grows past kMaxStringBytes.
+inline void check_string_size(size_t bytes, const char* what) {
+  if (bytes > kMaxStringBytes) raise_error("MemoryError: {} would be larger than {} bytes", what, kMaxStringBytes);
+}
+
+// Raises a MemoryError before `what` grows past kMaxSequenceItems.
+inline void check_sequence_size(size_t items, const char* what) {
+  if (items > kMaxSequenceItems) raise_error("MemoryError: {} would hold more than {} items", what, kMaxSequenceItems);
 }
 
 template <typename... Args>

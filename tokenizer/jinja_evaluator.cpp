@@ -87,6 +87,7 @@ class Evaluator {
   }
 
   Flow run(const TextStmt& node, int, const ScopePtr&, std::string& out) {
+    check_string_size(out.size() + node.text.size(), "the rendered text");
     out += node.text;
     return Flow::kNormal;
   }
@@ -96,12 +97,15 @@ class Evaluator {
     return Flow::kNormal;
   }
 
-  // out += str(value), without copying strings.
+  // out += str(value), without copying strings; out (rendered text or a ~ chain) stays bounded.
   static void append_str(std::string& out, const Value& value) {
     if (value.is_string()) {
+      check_string_size(out.size() + value.as_string().size(), "the rendered text");
       out += value.as_string();
     } else {
-      out += to_str(value);
+      std::string text = to_str(value);
+      check_string_size(out.size() + text.size(), "the rendered text");
+      out += text;
     }
   }
 

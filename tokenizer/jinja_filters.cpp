@@ -300,10 +300,8 @@ Value filter_items(const Value& input, const CallArgs& args) {
   return Value::list(std::move(pairs));
 }
 
-// join's result is bounded: each join of a string by a separator multiplies its length, so a
-// chain of joins in a template would otherwise grow memory exponentially (found by fuzz_chat_template).
-constexpr size_t kMaxJoinBytes = size_t{1} << 26;
-
+// join's result is bounded (kMaxStringBytes): each join of a string by a separator multiplies its
+// length, so a chain of joins in a template would otherwise grow memory exponentially.
 Value filter_join(const Value& input, const CallArgs& args) {
   BoundArgs bound("join", args, {"d", "attribute"});
   std::string separator = to_str(bound.get_or(0, Value::string("")));
@@ -311,8 +309,7 @@ Value filter_join(const Value& input, const CallArgs& args) {
   std::string out;
   bool first = true;
   auto append = [&](const std::string& piece) {
-    if (out.size() + separator.size() + piece.size() > kMaxJoinBytes)
-      raise_error("MemoryError: join's result would be larger than {} bytes", kMaxJoinBytes);
+    check_string_size(out.size() + separator.size() + piece.size(), "join's result");
     if (!first) out += separator;
     first = false;
     out += piece;

@@ -26,13 +26,11 @@ void check_overflow(bool overflowed) {
   if (overflowed) raise_error("integer overflow: the result does not fit in 64 bits");
 }
 
-// Python would try to build any size; a prompt never needs more than this.
-constexpr int64_t kMaxRepeatedElements = int64_t{1} << 28;
-
 Value repeat(const Value& repeated, int64_t times) {
   int64_t unit = repeated.is_string() ? static_cast<int64_t>(repeated.as_string().size())
                                       : static_cast<int64_t>(repeated.items().size());
-  if (times > 0 && unit > 0 && times > kMaxRepeatedElements / unit) {
+  int64_t limit = repeated.is_string() ? static_cast<int64_t>(kMaxStringBytes) : static_cast<int64_t>(kMaxSequenceItems);
+  if (times > 0 && unit > 0 && times > limit / unit) {
     raise_error("MemoryError: repeating a {} of size {} {} times is too large", type_name(repeated), unit, times);
   }
   if (repeated.is_string()) {
@@ -92,10 +90,12 @@ Value add(const Value& left, const Value& right) {
     if (!right.is_string()) {
       raise_error("TypeError: can only concatenate str (not \"{}\") to str", type_name(right));
     }
+    check_string_size(left.as_string().size() + right.as_string().size(), "the concatenated str");
     return Value::string(left.as_string() + right.as_string());
   }
   if (left.is_sequence() && right.is_sequence() && is_repeatable(left) &&
       left.as_sequence().style == right.as_sequence().style) {
+    check_sequence_size(left.items().size() + right.items().size(), "the concatenated sequence");
     std::vector<Value> items = left.items();
     items.insert(items.end(), right.items().begin(), right.items().end());
     return Value::sequence(std::move(items), left.as_sequence().style);
@@ -205,6 +205,10 @@ Value unary_plus(const Value& operand) {
 
 namespace {
 
+// Python accepts any width or precision up to the C int range ("width too big" past it) and then
+// builds the string; a prompt never needs more than this many characters of padding or digits.
+constexpr int kMaxFormatField = 1 << 20;
+
 struct Conversion {
   std::string flags;
   std::optional<int> width;
@@ -228,7 +232,15 @@ std::string format_number(const Value& argument, const Conversion& conversion) {
   std::string spec = "%" + conversion.flags;
   if (conversion.width) spec += std::to_string(*conversion.width);
   if (conversion.precision) spec += "." + std::to_string(*conversion.precision);
-  char buffer[512];
+  // Width and precision are bounded by kMaxFormatField, so one measuring call sizes the buffer.
+  auto c_format = [](const std::string& spec_with_type, auto value) {
+    int size = std::snprintf(nullptr, 0, spec_with_type.c_str(), value);
+    if (size < 0) raise_error("ValueError: printf-style format '{}' failed", spec_with_type);
+    std::string text(static_cast<size_t>(size) + 1, '\0');
+    std::snprintf(text.data(), text.size(), spec_with_type.c_str(), value);
+    text.resize(static_cast<size_t>(size));
+    return text;
+  };
   switch (conversion.type) {
     case 'd':
     case 'i':
@@ -236,8 +248,7 @@ std::string format_number(const Value& argument, const Conversion& conversion) {
       double value = argument.as_double();
       long long integer = argument.is_float() ? static_cast<long long>(std::trunc(value))
                                               : static_cast<long long>(argument.as_int());
-      std::snprintf(buffer, sizeof(buffer), (spec + "lld").c_str(), integer);
-      return buffer;
+      return c_format(spec + "lld", integer);
     }
     case 'x':
     case 'X':
@@ -249,8 +260,7 @@ std::string format_number(const Value& argument, const Conversion& conversion) {
       int64_t integer = argument.as_int();
       unsigned long long magnitude =
           integer < 0 ? 0ULL - static_cast<unsigned long long>(integer) : static_cast<unsigned long long>(integer);
-      std::snprintf(buffer, sizeof(buffer), (std::string("%ll") + conversion.type).c_str(), magnitude);
-      std::string digits = buffer;
+      std::string digits = c_format(std::string("%ll") + conversion.type, magnitude);
       if (conversion.flags.find('#') != std::string::npos) {
         digits = (conversion.type == 'o' ? "0o" : conversion.type == 'x' ? "0x" : "0X") + digits;
       }
@@ -258,8 +268,7 @@ std::string format_number(const Value& argument, const Conversion& conversion) {
       return pad(digits, conversion);
     }
     default: {
-      std::snprintf(buffer, sizeof(buffer), (spec + conversion.type).c_str(), argument.as_double());
-      return buffer;
+      return c_format(spec + conversion.type, argument.as_double());
     }
   }
 }
@@ -319,19 +328,23 @@ std::string percent_format(const std::string& format, const Value& args) {
     while (i < format.size() && std::string_view("#0- +").find(format[i]) != std::string_view::npos) {
       conversion.flags += format[i++];
     }
-    auto read_number = [&]() -> std::optional<int> {
+    auto read_number = [&](std::string_view field) -> std::optional<int> {
       if (i < format.size() && format[i] == '*') raise_error("unsupported: '*' width in printf-style format");
       if (i >= format.size() || !std::isdigit(static_cast<unsigned char>(format[i]))) return std::nullopt;
-      int number = 0;
+      int64_t number = 0;
       while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
         number = number * 10 + (format[i++] - '0');
+        if (number > std::numeric_limits<int>::max()) raise_error("ValueError: {} too big", field);
       }
-      return number;
+      if (number > kMaxFormatField) {
+        raise_error("MemoryError: a printf-style {} of {} is larger than {}", field, number, kMaxFormatField);
+      }
+      return static_cast<int>(number);
     };
-    conversion.width = read_number();
+    conversion.width = read_number("width");
     if (i < format.size() && format[i] == '.') {
       ++i;
-      conversion.precision = read_number().value_or(0);
+      conversion.precision = read_number("precision").value_or(0);
     }
     while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
     if (i >= format.size()) raise_error("ValueError: incomplete format");

@@ -140,5 +140,57 @@ TEST(FuzzRegressions, ChainedJoinsFailWithAMemoryError) {
   EXPECT_EQ(ChatTemplate("{{ 'abc' | join('-') }}|{{ ['x', 'y'] | join(', ') }}").render(in), "a-b-c|x, y");
 }
 
+// Renders `source` and expects a tq::Error whose message names `expected`.
+void expect_render_error(const std::string& source, const std::string& expected) {
+  ChatTemplateInputs in;
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
+  try {
+    ChatTemplate(source).render(in);
+    ADD_FAILURE() << source << " rendered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << source << ": " << e.what();
+  }
+}
+
+// fuzz_chat_template, session 9: a printf-style width of many nines ('%9999…9s' % x) overflowed the
+// int it was parsed into (UBSan: signed integer overflow), and a width of 999999999 would have
+// padded to a gigabyte. Widths past the int range fail as in Python ("width too big"); widths past
+// kMaxFormatField fail with a MemoryError; ordinary ones, numeric ones wider than the old 512-byte
+// buffer included, render as Python renders them.
+TEST(FuzzRegressions, HugePrintfWidthsFailWithAClearError) {
+  expect_render_error("{{ '%" + std::string(120, '9') + "s' % 'x' }}", "ValueError: width too big");
+  expect_render_error("{{ '%.99999999999d' % 1 }}", "ValueError: precision too big");
+  expect_render_error("{{ '%999999999s' % 'x' }}", "MemoryError");
+  ChatTemplateInputs in;
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(ChatTemplate("[{{ '%5s|%-4d|%.2f|%x' % ('ab', 7, 3.14159, 255) }}]").render(in), "[   ab|7   |3.14|ff]");
+  // Python: len('%600d' % 42) == 600 and ('%600d' % 42).endswith(' 42').
+  const std::string wide = ChatTemplate("{{ '%600d' % 42 }}").render(in);
+  EXPECT_EQ(wide.size(), 600u);
+  EXPECT_EQ(wide.substr(597), " 42");
+}
+
+// A template that doubles a string or a list in a loop grows memory exponentially, as the chain of
+// joins above did; concatenation, repetition and the rendered text are bounded the same way.
+TEST(FuzzRegressions, DoublingInALoopFailsWithAMemoryError) {
+  expect_render_error(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
+      "MemoryError");
+  expect_render_error(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+      "MemoryError");
+  expect_render_error(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}",
+      "MemoryError");
+  expect_render_error("{{ [1, 2] * 3000000 }}", "MemoryError");
+  expect_render_error("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}", "MemoryError");
+  ChatTemplateInputs in;
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(ChatTemplate("{% set ns = namespace(s='ab') %}{% for i in range(3) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                         "{{ ns.s }}|{{ ([0] * 3 + [1]) | length }}")
+                .render(in),
+            "abababababababab|4");
+}
+
 }  // namespace
 }  // namespace tq
