@@ -272,6 +272,7 @@ Value filter_format(const Value& input, const CallArgs& args) {
 Value filter_indent(const Value& input, const CallArgs& args) {
   BoundArgs bound("indent", args, {"width", "first", "blank"});
   Value width = bound.get_or(0, Value::integer(4));
+  if (!width.is_string()) check_string_size(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), "indent's width");
   std::string indentation = width.is_string() ? width.as_string()
                                               : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
   bool first = bound.get_bool(1, false), blank = bound.get_bool(2, false);
@@ -284,7 +285,10 @@ Value filter_indent(const Value& input, const CallArgs& args) {
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) {
       out += "\n";
-      if (blank || !lines[i].empty()) out += indentation;
+      if (blank || !lines[i].empty()) {
+        check_string_size(out.size() + indentation.size() + lines[i].size(), "indent's result");
+        out += indentation;
+      }
     }
     out += lines[i];
   }

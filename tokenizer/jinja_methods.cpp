@@ -78,6 +78,8 @@ std::string justify(const std::string& text, int64_t width, const std::string& f
   if (pystr::length(fill) != 1) raise_error("TypeError: the fill character must be exactly one character long");
   auto size = static_cast<int64_t>(pystr::length(text));
   if (width <= size) return text;
+  check_string_size(static_cast<size_t>(width), "the justified str");
+  check_string_size(static_cast<size_t>(width) * fill.size(), "the justified str");
   int64_t padding = width - size;
   int64_t left = how == "rjust" ? padding : how == "ljust" ? 0 : padding / 2 + (padding & width & 1);
   auto repeat = [&](int64_t times) {
@@ -182,6 +184,7 @@ Value call_str_method(const std::string& self, const std::string& method, const 
     int64_t width = bound.get_int(0, 0);
     auto size = static_cast<int64_t>(pystr::length(self));
     if (width <= size) return Value::string(self);
+    check_string_size(static_cast<size_t>(width), "zfill's result");
     bool signed_text = !self.empty() && (self[0] == '-' || self[0] == '+');
     std::string zeros(static_cast<size_t>(width - size), '0');
     return Value::string(signed_text ? self.substr(0, 1) + zeros + self.substr(1) : zeros + self);

@@ -460,6 +460,7 @@ std::string replace(std::string_view text, std::string_view old, std::string_vie
     int64_t done = 0;
     for (char32_t c : source) {
       if (count < 0 || done < count) {
+        check_string_size(out.size() + replacement.size(), "replace's result");
         out += replacement;
         ++done;
       }
@@ -473,6 +474,7 @@ std::string replace(std::string_view text, std::string_view old, std::string_vie
   while (count < 0 || done < count) {
     size_t found = text.find(old, start);
     if (found == std::string_view::npos) break;
+    check_string_size(out.size() + (found - start) + replacement.size(), "replace's result");
     out += text.substr(start, found - start);
     out += replacement;
     start = found + old.size();

@@ -184,12 +184,22 @@ TEST(FuzzRegressions, DoublingInALoopFailsWithAMemoryError) {
       "MemoryError");
   expect_render_error("{{ [1, 2] * 3000000 }}", "MemoryError");
   expect_render_error("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}", "MemoryError");
+  // Widths and replacements that would build one huge string (Python raises MemoryError too).
+  expect_render_error("{{ 'x'.ljust(1000000000000) }}", "MemoryError");
+  expect_render_error("{{ 'x'.center(100000000, '\u00e9') }}", "MemoryError");
+  expect_render_error("{{ '7'.zfill(1000000000000) }}", "MemoryError");
+  expect_render_error("{{ 'a\nb' | indent(1000000000000) }}", "MemoryError");
+  expect_render_error("{{ ('a' * 1000) | replace('a', 'b' * 100000) }}", "MemoryError");
+  expect_render_error("{{ ('a' * 1000).replace('', 'b' * 100000) }}", "MemoryError");
   ChatTemplateInputs in;
   in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
   EXPECT_EQ(ChatTemplate("{% set ns = namespace(s='ab') %}{% for i in range(3) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
                          "{{ ns.s }}|{{ ([0] * 3 + [1]) | length }}")
                 .render(in),
             "abababababababab|4");
+  EXPECT_EQ(ChatTemplate("[{{ 'ab'.center(6, '*') }}|{{ '-7'.zfill(4) }}|{{ 'a\nb' | indent(2) }}|{{ 'aXa' | replace('a', 'bc') }}]")
+                .render(in),
+            "[**ab**|-007|a\n  b|bcXbc]");
 }
 
 }  // namespace
