@@ -15,7 +15,7 @@
 # TQ_FUZZ_PARALLEL=N (run N targets at once, one core each; default 1),
 # TQ_FUZZ_RUNS=N (stop a target after N executions, if that comes before SECONDS_PER_TARGET),
 # TQ_FUZZ_WORKERS=N (fuzz each target with N libFuzzer processes sharing one corpus, as libFuzzer's
-# -jobs does; each reloads the units the others add; TQ_FUZZ_RUNS then bounds the sum; default 1).
+# -jobs does; each reloads the units the others add; TQ_FUZZ_RUNS is split evenly between them; default 1).
 # A long run to 10 M executions each, two at a time:
 #   TQ_FUZZ_PARALLEL=2 TQ_FUZZ_RUNS=10000000 scripts/fuzz.sh 14400
 set -euo pipefail

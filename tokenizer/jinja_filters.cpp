@@ -272,9 +272,14 @@ Value filter_format(const Value& input, const CallArgs& args) {
 Value filter_indent(const Value& input, const CallArgs& args) {
   BoundArgs bound("indent", args, {"width", "first", "blank"});
   Value width = bound.get_or(0, Value::integer(4));
-  if (!width.is_string()) check_string_size(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), "indent's width");
-  std::string indentation = width.is_string() ? width.as_string()
-                                              : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
+  std::string indentation;
+  if (width.is_string()) {
+    indentation = width.as_string();
+  } else {
+    auto spaces = static_cast<size_t>(std::max<int64_t>(0, width.as_int()));
+    check_string_size(spaces, "indent's width");
+    indentation.assign(spaces, ' ');
+  }
   bool first = bound.get_bool(1, false), blank = bound.get_bool(2, false);
   // jinja2 does `s += "\n"` without converting s, so only strings can be indented.
   if (input.is_undefined()) raise_undefined(input);
