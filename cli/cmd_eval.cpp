@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -41,18 +42,79 @@ std::string read_texts(const std::vector<std::string>& files) {
   return text;
 }
 
-// A mode is a dtype ("tq4", applied to K and V) or "K/V" ("tq4/q8_0").
-CacheOptions options_for_mode(CacheOptions base, const std::string& mode) {
-  const size_t slash = mode.find('/');
+int window_number(const std::string& item, size_t from, const std::string& mode) {
+  try {
+    size_t used = 0;
+    const int n = std::stoi(item.substr(from), &used);
+    if (n >= 0 && from + used == item.size()) return n;
+  } catch (const std::exception&) {
+  }
+  fail("mode '{}': '{}' is not a window item (none, sN, rN, cA-B, cA-, clastN)", mode, item);
+}
+
+// The windows after a mode's '@': items joined by '+': "none", "s4" (sink rows), "r32" (recent
+// rows), and for --breakdown "cA-B" / "cA-" (only rows [A, B) / from A coded) and "clastN" (only
+// the last N rows coded).
+KvWindows parse_mode_windows(const std::string& spec, const std::string& mode) {
+  KvWindows w;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, '+')) {
+    if (item == "none") continue;
+    if (item.rfind("clast", 0) == 0) {
+      w.coded_last = window_number(item, 5, mode);
+    } else if (item.size() > 1 && item[0] == 'c') {
+      const size_t dash = item.find('-');
+      if (dash == std::string::npos) window_number(item, item.size(), mode);  // fails, naming the item
+      w.coded_from = window_number(item.substr(0, dash), 1, mode);
+      if (dash + 1 < item.size()) w.coded_to = window_number(item, dash + 1, mode);
+    } else if (item.size() > 1 && item[0] == 's') {
+      w.sink_tokens = window_number(item, 1, mode);
+    } else if (item.size() > 1 && item[0] == 'r') {
+      w.recent_tokens = window_number(item, 1, mode);
+    } else {
+      window_number(item, item.size(), mode);
+    }
+  }
+  return w;
+}
+
+// A mode is a dtype ("tq4", applied to K and V) or "K/V" ("tq4/q8_0"), optionally followed by
+// "@windows" (parse_mode_windows); without it the --kv-sink-tokens / --kv-recent-tokens flags apply.
+struct EvalMode {
+  CacheOptions options;
+  std::optional<KvWindows> windows;
+};
+
+EvalMode mode_options(CacheOptions base, const std::string& mode) {
+  EvalMode m;
+  const size_t at = mode.find('@');
+  const std::string dtypes = mode.substr(0, at);
+  if (at != std::string::npos) m.windows = parse_mode_windows(mode.substr(at + 1), mode);
+  const size_t slash = dtypes.find('/');
   if (slash == std::string::npos) {
-    base.kv_cache_dtype = mode;
+    base.kv_cache_dtype = dtypes;
     base.kv_cache_dtype_k.clear();
     base.kv_cache_dtype_v.clear();
   } else {
-    base.kv_cache_dtype_k = mode.substr(0, slash);
-    base.kv_cache_dtype_v = mode.substr(slash + 1);
+    base.kv_cache_dtype_k = dtypes.substr(0, slash);
+    base.kv_cache_dtype_v = dtypes.substr(slash + 1);
   }
-  return base;
+  m.options = base;
+  return m;
+}
+
+// --breakdown: each mode quantizing only K or only V, over all rows and over one position
+// range at a time (the first 4 rows, rows 4-63, the query's last 128 rows, the rest).
+std::vector<std::string> breakdown_modes(const std::vector<std::string>& modes) {
+  std::vector<std::string> out;
+  for (const std::string& m : modes) {
+    if (m.find_first_of("/@") != std::string::npos)
+      fail("--breakdown takes plain dtypes (it quantizes K and V apart itself), not '{}'", m);
+    for (const std::string side : {m + "/f32", "f32/" + m})
+      for (const char* range : {"@none", "@c0-4", "@c4-64", "@clast128", "@c64-+r128"}) out.push_back(side + range);
+  }
+  return out;
 }
 
 void progress_line(const std::string& s) {
@@ -110,6 +172,7 @@ struct KlFlags {
   std::string plot = "kld_vs_bits.png";
   std::string from_json;  // re-print and re-plot a saved --json result instead of measuring
   bool json = false;
+  bool breakdown = false;
 };
 
 int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
@@ -119,9 +182,10 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 CacheFactory factory(const CacheOptions& base, Session& s) {
   auto calibration = std::make_shared<std::optional<KvCalibration>>();
   return [&base, &s, calibration](const std::string& mode, int blocks) {
-    const CacheOptions o = options_for_mode(base, mode);
-    return make_cache(o, cache_shape_for(o, s.model.config), blocks, *s.transformer, s.model.tokenizer.get(),
-                      calibration.get());
+    const EvalMode m = mode_options(base, mode);
+    KvCacheShape shape = cache_shape_for(m.options, s.model.config);
+    if (m.windows) shape.windows = *m.windows;
+    return make_cache(m.options, shape, blocks, *s.transformer, s.model.tokenizer.get(), calibration.get());
   };
 }
 
@@ -141,6 +205,7 @@ KlEvalResult kl_result_from_json(const std::string& path, int* ctx, size_t* text
     x.mode = m.value("mode", "");
     x.bits_per_element = m.value("bits_per_element", 0.0);
     x.kv_bytes_per_token = m.value("kv_bytes_per_token", size_t{0});
+    x.windows = m.value("windows", "none");
     x.kld_mean = m.value("kld_mean", 0.0), x.kld_median = m.value("kld_median", 0.0);
     x.kld_p99 = m.value("kld_p99", 0.0), x.kld_max = m.value("kld_max", 0.0);
     x.top1 = m.value("top1", 0.0), x.ppl = m.value("ppl", 0.0), x.ppl_ref = m.value("ppl_ref", 0.0);
@@ -164,8 +229,9 @@ int run_kl(KlFlags& f) {
   o.ctx = f.ctx;
   o.chunk = f.prefill_chunk;
   o.max_windows = f.max_windows;
-  const auto modes = split_list(f.modes);
+  auto modes = split_list(f.modes);
   if (modes.empty()) fail("--kv-cache-dtype lists no mode");
+  if (f.breakdown) modes = breakdown_modes(modes);
   const KlEvalResult r = run_kl_eval(*s.transformer, ids, f.reference, modes, factory(f.cache, s), o, progress_line);
   std::fprintf(stderr, "\n");
   return report_kl(f, r, ids.size());
@@ -180,7 +246,7 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
     j["modes"].push_back({{"mode", m.mode}, {"bits_per_element", m.bits_per_element},
                           {"kv_bytes_per_token", m.kv_bytes_per_token}, {"kld_mean", m.kld_mean},
                           {"kld_median", m.kld_median}, {"kld_p99", m.kld_p99}, {"kld_max", m.kld_max},
-                          {"top1", m.top1}, {"ppl", m.ppl}, {"ppl_ref", m.ppl_ref}});
+                          {"top1", m.top1}, {"ppl", m.ppl}, {"ppl_ref", m.ppl_ref}, {"windows", m.windows}});
     chart.series.push_back({m.mode, {m.bits_per_element}, {m.kld_mean}, false});
   }
   if (!f.plot.empty()) write_line_chart_png(chart, f.plot);
@@ -190,10 +256,10 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
   }
   std::printf("KL divergence against the %s KV cache: %d scored positions in %d windows of %d tokens\n",
               r.reference.c_str(), r.tokens, r.windows, f.ctx);
-  std::printf("%-10s %9s %11s %10s %10s %10s %8s %9s %9s\n", "mode", "bits/elem", "bytes/token", "kld_mean",
+  std::printf("%-22s %9s %11s %10s %10s %10s %8s %9s %9s\n", "mode", "bits/elem", "bytes/token", "kld_mean",
               "kld_median", "kld_p99", "top1", "ppl", "Δppl");
   for (const auto& m : r.modes)
-    std::printf("%-10s %9.3f %11zu %10.5f %10.5f %10.5f %7.2f%% %9.4f %+9.4f\n", m.mode.c_str(), m.bits_per_element,
+    std::printf("%-22s %9.3f %11zu %10.5f %10.5f %10.5f %7.2f%% %9.4f %+9.4f\n", m.mode.c_str(), m.bits_per_element,
                 m.kv_bytes_per_token, m.kld_mean, m.kld_median, m.kld_p99, 100 * m.top1, m.ppl, m.ppl - m.ppl_ref);
   if (!r.modes.empty()) std::printf("reference perplexity %.4f\n", r.modes[0].ppl_ref);
   if (!f.plot.empty()) std::printf("plot: %s\n", f.plot.c_str());
@@ -307,6 +373,9 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   kl->add_option("--reference", k->reference, "KV dtype of the reference run")->capture_default_str();
   kl->add_option("--plot", k->plot, "PNG of mean KLD against bits per element ('' for none)")->capture_default_str();
   kl->add_flag("--json", k->json, "print one JSON object");
+  kl->add_flag("--breakdown", k->breakdown,
+               "for each mode, quantize only K or only V, over all rows and over one position range at a time "
+               "(rows 0-3, rows 4-63, the query's last 128 rows, the rest), to find where its error comes from");
   kl->callback([k, &action] {
     action = [k] {
       k->modes = k->cache.kv_cache_dtype;

@@ -33,6 +33,14 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
   cmd->add_option("--kv-protect-layers", o.protect_layers,
                   "keep the first and last N layers' K/V in f16 (full precision)")
       ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--kv-sink-tokens", o.sink_tokens,
+                  "quantized KV: every query reads the first N rows (attention sinks) at full precision (fp16)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--kv-recent-tokens", o.recent_tokens,
+                  "quantized KV: a query reads its own and the W - 1 rows before it at full precision (fp16)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tq-rotation", o.tq_rotation, "TurboQuant rotation: dense (QR of a Gaussian) or hadamard")
       ->capture_default_str();
   cmd->add_option("--tq-codebook", o.tq_codebook,
@@ -111,6 +119,8 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
     fail("--kv-protect-layers {} protects the first and last {} layers, but the model has only {} layers",
          o.protect_layers, o.protect_layers, c.num_layers);
   shape.protect_layers = o.protect_layers;
+  shape.windows.sink_tokens = o.sink_tokens;
+  shape.windows.recent_tokens = o.recent_tokens;
   const bool hadamard = parse_rotation_kind(o.tq_rotation) == RotationKind::hadamard;
   check_kv_dtype(shape.k_dtype, c.head_dim, hadamard);
   check_kv_dtype(shape.v_dtype, c.head_dim, hadamard);

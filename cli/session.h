@@ -26,6 +26,8 @@ struct CacheOptions {
   std::string kv_cache_dtype_k;  // empty: kv_cache_dtype
   std::string kv_cache_dtype_v;  // empty: kv_cache_dtype
   int protect_layers = 0;
+  int sink_tokens = 0;    // KvWindows::sink_tokens
+  int recent_tokens = 0;  // KvWindows::recent_tokens
   std::string tq_rotation = "dense";
   std::string tq_codebook = "beta";
   uint64_t tq_seed = KvQuantOptions{}.seed;

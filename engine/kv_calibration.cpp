@@ -85,7 +85,12 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
   const int n = std::min<int>(static_cast<int>(ids.size()), o.max_tokens);
   if (n < 16) fail("KV calibration needs at least 16 tokens of text, got {}", n);
   const int d = c.head_dim, H = c.num_kv_heads, group = c.num_heads / c.num_kv_heads;
-  KvCache cache(KvCacheShape{c.num_layers, H, d, 16, KvDtype::F32, KvDtype::F32}, (n + 15) / 16);
+  KvCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = H;
+  shape.head_dim = d;
+  shape.k_dtype = shape.v_dtype = KvDtype::F32;
+  KvCache cache(shape, (n + 15) / 16);
   BlockTable table;
   if (!cache.reserve(table, n)) fail("KV calibration: cannot reserve {} tokens", n);
   // Query energy per layer, KV head and channel, summed over the head's query group.

@@ -111,8 +111,9 @@ KlEvalResult run_kl_eval(Transformer& model, const std::vector<TokenId>& ids, co
     KlModeResult r;
     const KvCacheShape& shape = caches[m]->shape();
     r.mode = modes[m];
-    r.kv_bytes_per_token = shape.bytes_per_token();
-    r.bits_per_element = 8.0 * r.kv_bytes_per_token / (2.0 * shape.num_layers * shape.num_kv_heads * shape.head_dim);
+    r.kv_bytes_per_token = static_cast<size_t>(std::llround(shape.bytes_per_token_at(o.ctx)));
+    r.bits_per_element = shape.bits_per_element_at(o.ctx);
+    r.windows = shape.windows.describe();
     double sum = 0;
     for (double v : kld[m]) sum += v;
     r.kld_mean = sum / result.tokens;

@@ -19,7 +19,8 @@ namespace tq {
 struct KlModeResult {
   std::string mode;
   double bits_per_element = 0;   // stored bits per K/V element, scales and norms included
-  size_t kv_bytes_per_token = 0;
+  size_t kv_bytes_per_token = 0;  // at the window length, full-precision windows included (KvCacheShape::bytes_per_token_at)
+  std::string windows = "none";    // KvWindows::describe()
   double kld_mean = 0, kld_median = 0, kld_p99 = 0, kld_max = 0;
   double top1 = 0;  // share of scored positions whose argmax equals the reference's
   double ppl = 0, ppl_ref = 0;

@@ -45,6 +45,13 @@ struct CodedAttentionArgs {
   int exact_from = -1;
   const float* exact_k = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
   const float* exact_v = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
+  // Optional full-precision windows (kv/kv_windows.h): with `window_table` set, only positions
+  // [coded_begin, coded_end) are read from the coded pages `k` / `v`; every other position is
+  // read from `window_k` / `window_v` (storage-space rows, paged through window_table). Exact
+  // chunk rows, when given, still come first.
+  const int32_t* window_table = nullptr;  // [ceil(n_ctx / block_size)] or null
+  CodedPagedRows window_k, window_v;
+  int coded_begin = 0, coded_end = 0;
   // Only KV heads [kv_head_begin, kv_head_end) (and their query heads) are computed; the rest of
   // `out` is left alone. kv_head_end < 0: up to n_kv_heads. Each head's arithmetic is the same
   // whatever the range, so callers may split heads across threads without changing a result.

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -73,10 +74,30 @@ size_t KvCacheShape::layer_bytes_per_token(int layer) const {
          (kv_row_bytes(k_dtype_of(layer), head_dim) + kv_row_bytes(v_dtype_of(layer), head_dim));
 }
 
-size_t KvCacheShape::bytes_per_token() const {
+size_t KvCacheShape::coded_bytes_per_token() const {
   size_t total = 0;
   for (int l = 0; l < num_layers; ++l) total += layer_bytes_per_token(l);
   return total;
+}
+
+size_t KvCacheShape::window_bytes_per_token() const {
+  size_t sides = 0;
+  for (int l = 0; l < num_layers; ++l) sides += !kv_dtype_is_fp(k_dtype_of(l)) + !kv_dtype_is_fp(v_dtype_of(l));
+  return sides * num_kv_heads * kv_row_bytes(KvDtype::F16, head_dim);
+}
+
+size_t KvCacheShape::bytes_per_token() const {
+  return coded_bytes_per_token() + (windows.any() ? window_bytes_per_token() : 0);
+}
+
+double KvCacheShape::bytes_per_token_at(int ctx) const {
+  if (!windows.any() || ctx <= 0) return double(coded_bytes_per_token());
+  const int rows = std::min(ctx, windows.full_precision_rows(ctx - 1));
+  return double(coded_bytes_per_token()) + double(rows) * window_bytes_per_token() / ctx;
+}
+
+double KvCacheShape::bits_per_element_at(int ctx) const {
+  return 8.0 * bytes_per_token_at(ctx) / (2.0 * num_layers * num_kv_heads * head_dim);
 }
 
 std::string KvCacheShape::describe() const {
@@ -84,6 +105,7 @@ std::string KvCacheShape::describe() const {
                                        : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
   if (protect_layers > 0 && (k_dtype != protect_dtype || v_dtype != protect_dtype))
     out += fmt::format(", first/last {} layers {}", protect_layers, kv_dtype_name(protect_dtype));
+  if (windows.any()) out += ", full-precision windows: " + windows.describe();
   return out;
 }
 
@@ -119,20 +141,32 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
                            layer_affine(affine.v_mean, l, vd));
     k_layout_.push_back(layout(kd, k_bytes_));
     v_layout_.push_back(layout(vd, v_bytes_));
+    if (shape.windows.any()) {
+      k_window_layout_.push_back(kv_dtype_is_fp(kd) ? SideLayout{} : layout(KvDtype::F16, window_bytes_));
+      v_window_layout_.push_back(kv_dtype_is_fp(vd) ? SideLayout{} : layout(KvDtype::F16, window_bytes_));
+    }
   }
+  if (shape.windows.any() && shape.head_dim > 512)
+    fail("KV windows: head_dim {} is over the 512 the window rows support", shape.head_dim);
+  if (shape.windows.sink_tokens < 0 || shape.windows.recent_tokens < 0 || shape.windows.coded_last < 0)
+    fail("KV windows: sink ({}) and recent ({}) token counts cannot be negative", shape.windows.sink_tokens,
+         shape.windows.recent_tokens);
   k_arena_ = allocate_arena(k_bytes_);
   v_arena_ = allocate_arena(v_bytes_);
-  if (!k_arena_ || !v_arena_) {
-    k_arena_.reset();  // the half that was allocated goes back at once
+  if (window_bytes_ > 0) window_arena_ = allocate_arena(window_bytes_);
+  if (!k_arena_ || !v_arena_ || (window_bytes_ > 0 && !window_arena_)) {
+    k_arena_.reset();  // what was allocated goes back at once
     v_arena_.reset();
+    window_arena_.reset();
     throw KvAllocationError(fmt::format("cannot allocate the KV cache: {} blocks need {:.1f} MiB", num_blocks,
-                                        double(k_bytes_ + v_bytes_) / (1 << 20)));
+                                        double(k_bytes_ + v_bytes_ + window_bytes_) / (1 << 20)));
   }
 }
 
 void KvCache::prefault() {
   std::memset(k_arena_.get(), 0, k_bytes_);
   std::memset(v_arena_.get(), 0, v_bytes_);
+  if (window_arena_) std::memset(window_arena_.get(), 0, window_bytes_);
 }
 
 bool KvCache::reserve(BlockTable& table, int num_tokens) {
@@ -167,6 +201,18 @@ void KvCache::write(int layer, const BlockTable& table, int position, const floa
     kc.encode(k + h * shape_.head_dim, h, row_ptr(k_arena_.get(), k_layout_[layer], block, h, offset));
     vc.encode(v + h * shape_.head_dim, h, row_ptr(v_arena_.get(), v_layout_[layer], block, h, offset));
   }
+  if (!window_arena_) return;
+  // The window copy: the row encode() codes, before coding, rounded to fp16.
+  float storage[512];  // head_dim <= 512 (check_kv_dtype)
+  auto write_window = [&](const KvRowCodec& codec, const SideLayout& s, const float* x) {
+    if (s.row_bytes == 0) return;  // an FP side: its pages are its window
+    for (int h = 0; h < shape_.num_kv_heads; ++h) {
+      codec.exact_storage_row(x + h * shape_.head_dim, h, storage);
+      kv_encode_row(KvDtype::F16, storage, shape_.head_dim, row_ptr(window_arena_.get(), s, block, h, offset));
+    }
+  };
+  write_window(kc, k_window_layout_[layer], k);
+  write_window(vc, v_window_layout_[layer], v);
 }
 
 void KvCache::read(int layer, const BlockTable& table, int position, float* k, float* v) const {
@@ -204,6 +250,26 @@ CodedPagedRows KvCache::coded_v_pages(int layer) const {
   const SideLayout& s = v_layout_[layer];
   return CodedPagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
                         v_codecs_[layer].row_format()};
+}
+
+}  // namespace tq
+
+namespace tq {
+
+CodedPagedRows KvCache::window_k_pages(int layer) const {
+  if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
+  const SideLayout& s = k_window_layout_[layer];
+  if (s.row_bytes == 0) return coded_k_pages(layer);
+  return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                        CodedRowFormat{RowCodec::F16, shape_.head_dim}};
+}
+
+CodedPagedRows KvCache::window_v_pages(int layer) const {
+  if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
+  const SideLayout& s = v_window_layout_[layer];
+  if (s.row_bytes == 0) return coded_v_pages(layer);
+  return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                        CodedRowFormat{RowCodec::F16, shape_.head_dim}};
 }
 
 }  // namespace tq

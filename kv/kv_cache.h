@@ -16,6 +16,7 @@
 #include "kernels/attention_coded.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_row_codec.h"
+#include "kv/kv_windows.h"
 
 namespace tq {
 
@@ -29,14 +30,30 @@ struct KvCacheShape {
   // The first and last `protect_layers` layers store K and V as `protect_dtype` (full precision).
   int protect_layers = 0;
   KvDtype protect_dtype = KvDtype::F16;
+  // Full-precision windows of the quantized layer sides (kv/kv_windows.h). While windows are on,
+  // every quantized side also keeps an fp16 storage-space copy of each row in a window arena
+  // paged like the cache, so window rows cost a full fp16 row in every block.
+  KvWindows windows;
 
   bool is_protected(int layer) const { return layer < protect_layers || layer >= num_layers - protect_layers; }
   KvDtype k_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : k_dtype; }
   KvDtype v_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : v_dtype; }
   // K + V bytes of one token of one layer, over its KV heads.
   size_t layer_bytes_per_token(int layer) const;
-  // K + V bytes of one token over all layers and KV heads.
+  // K + V bytes of one token over all layers and KV heads: the coded rows, plus the window
+  // arena's fp16 rows while windows are on (what the cache allocates per token).
   size_t bytes_per_token() const;
+  // The coded rows alone.
+  size_t coded_bytes_per_token() const;
+  // Bytes per token of a sequence of `ctx` tokens when only its window rows are kept at full
+  // precision: the coded rows plus (rows the last query reads at full precision) fp16 rows of
+  // every quantized side, spread over the ctx tokens. Equals coded_bytes_per_token() without
+  // windows.
+  double bytes_per_token_at(int ctx) const;
+  // 8 * bytes_per_token_at(ctx) per element of K and V.
+  double bits_per_element_at(int ctx) const;
+  // fp16 bytes of one token's rows over the quantized layer sides (the window arena's cost).
+  size_t window_bytes_per_token() const;
   // K + V bytes of one block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
   // "tq4" or "k=tq4,v=tq3" plus ", first/last N layers f16" when protected.
@@ -86,7 +103,7 @@ class KvCache {
   const KvQuantOptions& options() const { return options_; }
   int num_blocks() const { return num_blocks_; }
   BlockAllocator& allocator() { return allocator_; }
-  size_t total_bytes() const { return k_bytes_ + v_bytes_; }
+  size_t total_bytes() const { return k_bytes_ + v_bytes_ + window_bytes_; }
   // Writes every page of the arenas (zeros) so the whole cache is resident now. The arenas come
   // from the allocator untouched, so without this the process grows page by page as blocks are
   // first used under load (and an over-committed budget fails late, by the OOM killer, instead
@@ -112,6 +129,10 @@ class KvCache {
   // Views the coded attention kernel reads (any layer).
   CodedPagedRows coded_k_pages(int layer) const;
   CodedPagedRows coded_v_pages(int layer) const;
+  // The full-precision window rows of a layer (fp16 in storage space; an FP side's own pages).
+  // Only while shape().windows.any().
+  CodedPagedRows window_k_pages(int layer) const;
+  CodedPagedRows window_v_pages(int layer) const;
   const KvRowCodec& k_codec(int layer) const { return k_codecs_[layer]; }
   const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 
@@ -131,8 +152,9 @@ class KvCache {
   KvQuantOptions options_;
   int num_blocks_;
   std::vector<SideLayout> k_layout_, v_layout_;  // [layer]
+  std::vector<SideLayout> k_window_layout_, v_window_layout_;  // [layer], quantized sides, windows on
   std::vector<KvRowCodec> k_codecs_, v_codecs_;  // [layer]
-  size_t k_bytes_ = 0, v_bytes_ = 0;
+  size_t k_bytes_ = 0, v_bytes_ = 0, window_bytes_ = 0;
   struct ArenaFree {
     size_t bytes;
     void operator()(uint8_t* p) const;
@@ -141,6 +163,7 @@ class KvCache {
   static Arena allocate_arena(size_t bytes);  // null when it fails
   Arena k_arena_;
   Arena v_arena_;
+  Arena window_arena_;  // fp16 rows of quantized sides; empty without windows
   BlockAllocator allocator_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "kernels/activation.h"
@@ -95,6 +96,9 @@ void attend_coded(LayerContext& c, float scale) {
   const KvRowCodec& vc = c.cache.v_codec(c.layer);
   const CodedPagedRows k_pages = c.cache.coded_k_pages(c.layer), v_pages = c.cache.coded_v_pages(c.layer);
   const bool exact_chunk = c.cache.options().exact_chunk_rows;
+  const KvWindows& windows = c.cache.shape().windows;
+  const CodedPagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : CodedPagedRows{};
+  const CodedPagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : CodedPagedRows{};
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
     for (int t = 0; t < T; ++t)
@@ -131,6 +135,12 @@ void attend_coded(LayerContext& c, float scale) {
       CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, c.buf.q_store.data() + t * q_dim, scale, out);
       a.k = k_pages;
       a.v = v_pages;
+      if (windows.any()) {  // which rows t reads at full precision depends on its position alone
+        a.window_table = a.block_table;
+        a.window_k = k_window;
+        a.window_v = v_window;
+        std::tie(a.coded_begin, a.coded_end) = windows.coded_range(c.batch.positions[t]);
+      }
       a.ctx_begin = part * kAttentionPartRows;
       a.n_ctx = std::min(a.n_ctx, (part + 1) * kAttentionPartRows);
       if (parts > 1) {
