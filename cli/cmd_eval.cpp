@@ -53,7 +53,7 @@ int window_number(const std::string& item, size_t from, const std::string& mode)
 }
 
 // The windows after a mode's '@': items joined by '+': "none", "s4" (sink rows), "r32" (recent
-// rows), and for --breakdown "cA-B" / "cA-" (only rows [A, B) / from A coded) and "clastN" (only
+// rows), "q8" (window rows kept as q8_0 instead of f16), and for --breakdown "cA-B" / "cA-" (only rows [A, B) / from A coded) and "clastN" (only
 // the last N rows coded).
 KvWindows parse_mode_windows(const std::string& spec, const std::string& mode) {
   KvWindows w;
@@ -61,6 +61,10 @@ KvWindows parse_mode_windows(const std::string& spec, const std::string& mode) {
   std::string item;
   while (std::getline(ss, item, '+')) {
     if (item == "none") continue;
+    if (item == "q8") {
+      w.dtype = KvDtype::Q8_0;
+      continue;
+    }
     if (item.rfind("clast", 0) == 0) {
       w.coded_last = window_number(item, 5, mode);
     } else if (item.size() > 1 && item[0] == 'c') {

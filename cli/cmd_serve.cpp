@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "cli/commands.h"
@@ -107,9 +108,14 @@ int run_serve(ServeFlags& f) {
     session->max_model_len = resolve_max_model_len(f.cache, c);
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
 
-    const KvCacheShape shape = cache_shape_for(f.cache, c);
+    KvCacheShape shape = cache_shape_for(f.cache, c);
+    if (shape.windows.any())
+      shape.windows.window_blocks =
+          window_blocks_for_serving(shape.windows.sink_tokens, shape.windows.recent_tokens, shape.block_size,
+                                    f.max_num_seqs, f.max_num_batched_tokens, std::numeric_limits<int>::max());
     KvSizing sizing;
     sizing.bytes_per_block = shape.bytes_per_block();
+    sizing.fixed_bytes = size_t(shape.windows.window_blocks) * shape.window_block_bytes();
     sizing.block_size = shape.block_size;
     sizing.max_model_len = session->max_model_len;
     sizing.mode = shape.describe();

@@ -41,6 +41,8 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "quantized KV: a query reads its own and the W - 1 rows before it at full precision (fp16)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--kv-window-dtype", o.window_dtype, "how window rows are kept: f16 or q8_0 (in storage space)")
+      ->capture_default_str();
   cmd->add_option("--tq-rotation", o.tq_rotation, "TurboQuant rotation: dense (QR of a Gaussian) or hadamard")
       ->capture_default_str();
   cmd->add_option("--tq-codebook", o.tq_codebook,
@@ -121,6 +123,9 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
   shape.protect_layers = o.protect_layers;
   shape.windows.sink_tokens = o.sink_tokens;
   shape.windows.recent_tokens = o.recent_tokens;
+  shape.windows.dtype = dtype_flag(o.window_dtype, "--kv-window-dtype");
+  if (shape.windows.dtype != KvDtype::F16 && shape.windows.dtype != KvDtype::Q8_0)
+    fail("--kv-window-dtype {} is not one of: f16, q8_0", o.window_dtype);
   const bool hadamard = parse_rotation_kind(o.tq_rotation) == RotationKind::hadamard;
   check_kv_dtype(shape.k_dtype, c.head_dim, hadamard);
   check_kv_dtype(shape.v_dtype, c.head_dim, hadamard);
@@ -178,9 +183,13 @@ std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& s
 
 std::string describe_cache(const KvCache& cache) {
   const KvCacheShape& s = cache.shape();
-  return fmt::format("KV cache: {}, {} blocks of {} tokens ({} tokens), {:.1f} MiB, {} bytes/token", s.describe(),
-                     cache.num_blocks(), s.block_size, cache.num_blocks() * s.block_size,
-                     double(cache.total_bytes()) / (1 << 20), s.bytes_per_token());
+  std::string out = fmt::format("KV cache: {}, {} blocks of {} tokens ({} tokens), {:.1f} MiB, {} bytes/token",
+                                s.describe(), cache.num_blocks(), s.block_size, cache.num_blocks() * s.block_size,
+                                double(cache.total_bytes()) / (1 << 20), s.bytes_per_token());
+  if (const KvWindowStore* w = cache.window_store())
+    out += fmt::format(" (windows: {} window blocks, {:.1f} MiB)", w->num_window_blocks(),
+                       double(cache.window_arena_bytes()) / (1 << 20));
+  return out;
 }
 
 int resolve_max_model_len(const CacheOptions& o, const ModelConfig& c) {

@@ -28,6 +28,7 @@ struct CacheOptions {
   int protect_layers = 0;
   int sink_tokens = 0;    // KvWindows::sink_tokens
   int recent_tokens = 0;  // KvWindows::recent_tokens
+  std::string window_dtype = "f16";  // KvWindows::dtype
   std::string tq_rotation = "dense";
   std::string tq_codebook = "beta";
   uint64_t tq_seed = KvQuantOptions{}.seed;

@@ -34,7 +34,8 @@ EngineCore::EngineCore(Transformer& model, KvCache& cache, const Tokenizer* toke
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
       config_(config),
-      pool_(cache.num_blocks(), cache.shape().block_size, cache.shape().describe(), config.enable_prefix_caching),
+      pool_(cache.num_blocks(), cache.shape().block_size, cache.shape().describe(), config.enable_prefix_caching,
+            cache.window_store(), cache.shape().windows),
       scheduler_(config.scheduler, pool_) {
   const int pool_tokens = cache.num_blocks() * cache.shape().block_size;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(model.config().max_position, pool_tokens);
@@ -120,6 +121,7 @@ void EngineCore::after_forward(Request& r, int chunk_tokens, const float* rows, 
   r.num_computed += chunk_tokens;
   r.table.num_tokens = r.num_computed;
   pool_.cache_full_blocks(r.tokens, r.num_computed, r.table, r.hashes);
+  pool_.release_old_windows(r.table, r.num_computed);
   int row = 0;
   if (r.prompt_logprobs >= 0 && !r.prompt_logprobs_done) {
     // Logits at position i give the logprob of prompt token i + 1.

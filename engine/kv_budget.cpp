@@ -64,7 +64,7 @@ std::unique_ptr<KvCache> allocate_kv_cache(const KvSizing& s, const std::functio
                                            std::vector<std::string>* log) {
   if (s.bytes_per_block == 0 || s.block_size <= 0 || s.max_model_len <= 0) fail("KV sizing: empty block or context");
   const int min_blocks = min_blocks_for(s);
-  const size_t budget_blocks = s.budget_bytes / s.bytes_per_block;
+  const size_t budget_blocks = s.budget_bytes > s.fixed_bytes ? (s.budget_bytes - s.fixed_bytes) / s.bytes_per_block : 0;
   if (budget_blocks < size_t(min_blocks)) too_small(s, s.budget_bytes, "is the budget");
   int blocks = static_cast<int>(std::min<size_t>(budget_blocks, size_t(1) << 30));
   for (;;) {

@@ -24,6 +24,7 @@ size_t parse_byte_size(const std::string& text, const std::string& flag);
 struct KvSizing {
   size_t budget_bytes = 0;
   size_t bytes_per_block = 0;
+  size_t fixed_bytes = 0;  // allocated whatever the block count (the window blocks), out of the budget
   int block_size = 16;
   int max_model_len = 0;  // one request of this many tokens must fit
   std::string mode;       // for messages

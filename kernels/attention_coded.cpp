@@ -55,7 +55,8 @@ void check_args(const CodedAttentionArgs& a) {
     fail("coded attention: exact rows from position {} need both row arrays and at most n_ctx ({})", a.exact_from,
          a.n_ctx);
   }
-  if (a.window_table) {
+  if ((a.window_k_of == nullptr) != (a.window_v_of == nullptr)) fail("coded attention: window maps come together");
+  if (a.window_k_of) {
     if (a.window_k.format.dim != a.head_dim || a.window_v.format.dim != a.head_dim || !a.window_k.base ||
         !a.window_v.base)
       fail("coded attention: window rows need both sides' pages for head_dim {}", a.head_dim);
@@ -66,7 +67,7 @@ void check_args(const CodedAttentionArgs& a) {
 
 // Whether position t is read from the full-precision window pages.
 inline bool in_window(const CodedAttentionArgs& a, int t) {
-  return a.window_table && (t < a.coded_begin || t >= a.coded_end);
+  return a.window_k_of && (t < a.coded_begin || t >= a.coded_end);
 }
 
 inline const uint8_t* row_ptr(const CodedPagedRows& rows, int32_t block, int g, int offset) {
@@ -85,7 +86,8 @@ inline void load_row(const CodedAttentionArgs& a, bool key, int t, int g, RowDec
   }
   if (in_window(a, t)) {
     const CodedPagedRows& rows = key ? a.window_k : a.window_v;
-    decode(rows.format, row_ptr(rows, a.window_table[t / a.block_size], g, t % a.block_size), out);
+    const int32_t block = (key ? a.window_k_of : a.window_v_of)[a.block_table[t / a.block_size]];
+    decode(rows.format, row_ptr(rows, block, g, t % a.block_size), out);
     return;
   }
   const CodedPagedRows& rows = key ? a.k : a.v;
@@ -99,13 +101,14 @@ inline void load_tile(const CodedAttentionArgs& a, bool key, int t0, int n, int 
   const int offset = t0 % a.block_size;
   const bool exact = a.exact_from >= 0 && t0 + n > a.exact_from;
   const bool window = in_window(a, t0);
-  const bool one_source = !a.window_table || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
+  const bool one_source = !a.window_k_of || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
                                                      : t0 + n <= a.coded_end);
   if (!exact && one_source && offset + n <= a.block_size) {
     const CodedPagedRows& pages = window ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
-    const int32_t* table = window ? a.window_table : a.block_table;
-    decode_coded_rows_avx2(pages.format, row_ptr(pages, table[t0 / a.block_size], g, offset), pages.row_stride, n,
-                           rows[0], kMaxHeadDim);
+    const int32_t block = a.block_table[t0 / a.block_size];
+    const int32_t* window_of = key ? a.window_k_of : a.window_v_of;
+    decode_coded_rows_avx2(pages.format, row_ptr(pages, window ? window_of[block] : block, g, offset),
+                           pages.row_stride, n, rows[0], kMaxHeadDim);
     return;
   }
   for (int i = 0; i < n; ++i) load_row(a, key, t0 + i, g, decode_coded_row_avx2, rows[i]);

@@ -1,6 +1,7 @@
 #include "kv/block_pool.h"
 
 #include <algorithm>
+#include <climits>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -9,14 +10,19 @@
 
 namespace tq {
 
-BlockPool::BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching)
+BlockPool::BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching,
+                     KvWindowStore* windows, const KvWindows& window_spec)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       salt_(XXH3_64bits(salt.data(), salt.size())),
       enable_caching_(enable_prefix_caching),
-      blocks_(std::max(num_blocks, 0)) {
+      blocks_(std::max(num_blocks, 0)),
+      windows_(windows),
+      window_spec_(window_spec) {
   if (num_blocks <= 0 || block_size <= 0)
     fail("block pool needs positive block count and size (got {} blocks of {})", num_blocks, block_size);
+  if (windows_ && (window_spec.coded_from > 0 || window_spec.coded_to < INT_MAX || window_spec.coded_last > 0))
+    fail("block pool: the coded-range restrictions of eval kl --breakdown are not for serving");
   for (int b = 0; b < num_blocks; ++b) blocks_[b].in_queue = free_queue_.insert(free_queue_.end(), b);
 }
 
@@ -46,6 +52,34 @@ void BlockPool::evict_hash(int block) {
   b.tokens.clear();
 }
 
+int BlockPool::sink_blocks() const { return (window_spec_.sink_tokens + block_size_ - 1) / block_size_; }
+
+template <class F>
+void BlockPool::for_window_users(const BlockTable& table, F&& f) const {
+  const int n = static_cast<int>(table.blocks.size());
+  const int sinks = std::min(sink_blocks(), n);
+  for (int i = 0; i < sinks; ++i) f(table.blocks[i]);
+  for (int i = std::max(sinks, table.first_window_block); i < n; ++i) f(table.blocks[i]);
+}
+
+bool BlockPool::windows_attached(const BlockTable& table, int position) const {
+  const int end = position / block_size_;  // blocks before the query's own
+  for (int i = 0; i < std::min(window_spec_.sink_end_block(position, block_size_), end); ++i)
+    if (!windows_->has_window(table.blocks[i])) return false;
+  for (int i = window_spec_.recent_begin_block(position, block_size_); i < end; ++i)
+    if (!windows_->has_window(table.blocks[i])) return false;
+  return true;
+}
+
+void BlockPool::release_old_windows(BlockTable& table, int next_position) {
+  if (!windows_) return;
+  const int n = static_cast<int>(table.blocks.size());
+  int& first = table.first_window_block;
+  first = std::max(first, sink_blocks());
+  const int keep_from = window_spec_.recent_begin_block(next_position, block_size_);
+  for (; first < std::min(keep_from, n); ++first) windows_->drop_user(table.blocks[first]);
+}
+
 int BlockPool::acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable& table, BlockHashes& hashes,
                                      bool count_stats) {
   if (!table.blocks.empty()) fail("block pool: prefix lookup into a table that already holds blocks");
@@ -63,9 +97,17 @@ int BlockPool::acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable
     const uint64_t parent = hit == 0 ? salt_ : hashes.hashes[hit - 1];
     const auto block_tokens = tokens.subspan(size_t(hit) * block_size_, block_size_);
     if (b.parent_hash != parent || !std::equal(block_tokens.begin(), block_tokens.end(), b.tokens.begin())) break;
-    take(it->second);
     table.blocks.push_back(it->second);
   }
+  if (windows_) {
+    // The first query computed reads some of these blocks' windows: cut the hit back until they
+    // are all still attached.
+    while (hit > 0 && !windows_attached(table, hit * block_size_)) --hit;
+    table.blocks.resize(hit);
+    table.first_window_block = std::min(window_spec_.recent_begin_block(hit * block_size_, block_size_), hit);
+    for_window_users(table, [&](int block) { windows_->add_user(block); });
+  }
+  for (int32_t block : table.blocks) take(block);
   if (count_stats) {
     stats_.queries += tokens.size();
     stats_.hits += uint64_t(hit) * block_size_;
@@ -77,10 +119,14 @@ bool BlockPool::allocate(BlockTable& table, int num_tokens) {
   const int needed = (num_tokens + block_size_ - 1) / block_size_ - static_cast<int>(table.blocks.size());
   if (needed <= 0) return true;
   if (needed > num_free()) return false;
+  // Every new block is written now, so each takes one available window block (a free block's
+  // own unused one included).
+  if (windows_ && needed > windows_->num_available()) return false;
   for (int i = 0; i < needed; ++i) {
     const int block = free_queue_.front();
     evict_hash(block);
     take(block);
+    if (windows_ && !windows_->attach(block)) fail("block pool: no window block left for block {}", block);
     table.blocks.push_back(block);
   }
   return true;
@@ -106,6 +152,8 @@ void BlockPool::cache_full_blocks(std::span<const TokenId> tokens, int num_compu
 }
 
 void BlockPool::release(BlockTable& table) {
+  if (windows_) for_window_users(table, [&](int block) { windows_->drop_user(block); });
+  table.first_window_block = 0;
   for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
     Block& b = blocks_[*it];
     if (b.ref_count <= 0) fail("block pool: block {} released more often than taken", *it);
@@ -140,6 +188,11 @@ void BlockPool::check_consistency(std::span<const BlockTable* const> tables) con
   }
   for (const auto& [h, b] : by_hash_)
     if (!blocks_[b].has_hash || blocks_[b].hash != h) fail("block pool: hash entry points at block {} without it", b);
+  if (windows_) {
+    std::vector<int> users(num_blocks_, 0);
+    for (const BlockTable* t : tables) for_window_users(*t, [&](int block) { ++users[block]; });
+    windows_->check_consistency(users);
+  }
 }
 
 }  // namespace tq

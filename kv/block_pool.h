@@ -9,6 +9,12 @@
 // queue's front is the least recently freed (evicted first). A sequence's blocks are freed last
 // block first, so the tail of a prefix is evicted before its head.
 //
+// Full-precision windows (kv/kv_windows.h, kv/kv_window_store.h): a block gets a window block
+// when it is allocated, and a table holds a window user on its sink blocks and on the blocks its
+// recent window still covers (release_old_windows drops the rest as the sequence advances). A
+// prefix-cache hit is cut back to the longest run whose needed windows are still attached, so a
+// query reads the same full-precision rows whether its prefix was hit or computed.
+//
 // Single-threaded: the engine's step loop is its only user.
 #pragma once
 #include <cstdint>
@@ -36,7 +42,9 @@ struct PrefixCacheStats {
 class BlockPool {
  public:
   // salt: what must differ for blocks to be incompatible (the KV mode's description).
-  BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching = true);
+  // windows: the cache's window store and windows (null: none).
+  BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching = true,
+            KvWindowStore* windows = nullptr, const KvWindows& window_spec = {});
 
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
@@ -56,8 +64,13 @@ class BlockPool {
   int acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable& table, BlockHashes& hashes,
                             bool count_stats = true);
 
-  // Grows `table` to hold `num_tokens`; false, and nothing taken, when too few blocks are free.
+  // Grows `table` to hold `num_tokens`; false, and nothing taken, when too few blocks (or window
+  // blocks) are free.
   bool allocate(BlockTable& table, int num_tokens);
+
+  // Windows: drops the table's window users on blocks that no query from `next_position` on
+  // reads at full precision (the sink blocks are kept).
+  void release_old_windows(BlockTable& table, int next_position);
 
   // Registers the blocks of `table` that `num_computed` tokens fill completely (K/V written) in
   // the prefix cache. tokens: the sequence's tokens (at least num_computed).
@@ -87,6 +100,12 @@ class BlockPool {
   uint64_t chain_hash(uint64_t parent, std::span<const TokenId> block_tokens) const;
   void extend_hashes(std::span<const TokenId> tokens, int num_full_blocks, BlockHashes& hashes) const;
   void take(int block);       // ref_count 0 -> 1 (out of the free queue)
+  int sink_blocks() const;
+  // Whether a query at `position` finds every window it reads among blocks [0, position / bs).
+  bool windows_attached(const BlockTable& table, int position) const;
+  // The blocks of `table` a window user is held on: [0, sink) and [first_window_block, size).
+  template <class F>
+  void for_window_users(const BlockTable& table, F&& f) const;
   void evict_hash(int block);  // forget a free block's hash before it is reused
 
   int num_blocks_, block_size_;
@@ -96,6 +115,8 @@ class BlockPool {
   std::list<int> free_queue_;  // front: next to hand out
   std::unordered_map<uint64_t, int> by_hash_;
   PrefixCacheStats stats_;
+  KvWindowStore* windows_ = nullptr;
+  KvWindows window_spec_;
 };
 
 }  // namespace tq

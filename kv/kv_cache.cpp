@@ -74,7 +74,7 @@ size_t KvCacheShape::layer_bytes_per_token(int layer) const {
          (kv_row_bytes(k_dtype_of(layer), head_dim) + kv_row_bytes(v_dtype_of(layer), head_dim));
 }
 
-size_t KvCacheShape::coded_bytes_per_token() const {
+size_t KvCacheShape::bytes_per_token() const {
   size_t total = 0;
   for (int l = 0; l < num_layers; ++l) total += layer_bytes_per_token(l);
   return total;
@@ -83,17 +83,13 @@ size_t KvCacheShape::coded_bytes_per_token() const {
 size_t KvCacheShape::window_bytes_per_token() const {
   size_t sides = 0;
   for (int l = 0; l < num_layers; ++l) sides += !kv_dtype_is_fp(k_dtype_of(l)) + !kv_dtype_is_fp(v_dtype_of(l));
-  return sides * num_kv_heads * kv_row_bytes(KvDtype::F16, head_dim);
-}
-
-size_t KvCacheShape::bytes_per_token() const {
-  return coded_bytes_per_token() + (windows.any() ? window_bytes_per_token() : 0);
+  return sides * num_kv_heads * kv_row_bytes(windows.dtype, head_dim);
 }
 
 double KvCacheShape::bytes_per_token_at(int ctx) const {
-  if (!windows.any() || ctx <= 0) return double(coded_bytes_per_token());
+  if (!windows.any() || ctx <= 0) return double(bytes_per_token());
   const int rows = std::min(ctx, windows.full_precision_rows(ctx - 1));
-  return double(coded_bytes_per_token()) + double(rows) * window_bytes_per_token() / ctx;
+  return double(bytes_per_token()) + double(rows) * window_bytes_per_token() / ctx;
 }
 
 double KvCacheShape::bits_per_element_at(int ctx) const {
@@ -124,13 +120,14 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
     if (kv_dtype_is_fp(dtype) || l >= static_cast<int>(means.size())) return std::vector<std::vector<float>>{};
     return means[l];
   };
-  auto layout = [&](KvDtype dtype, size_t& offset) {
+  const int window_blocks = shape.windows.window_blocks > 0 ? std::min(shape.windows.window_blocks, num_blocks) : num_blocks;
+  auto layout = [&](KvDtype dtype, size_t& offset, int blocks) {
     SideLayout s;
     s.offset = offset;
     s.row_bytes = kv_row_bytes(dtype, shape.head_dim);
     s.head_stride = s.row_bytes * shape.block_size;
     s.block_stride = s.head_stride * shape.num_kv_heads;
-    offset += s.block_stride * num_blocks;
+    offset += s.block_stride * blocks;
     return s;
   };
   for (int l = 0; l < shape.num_layers; ++l) {
@@ -139,15 +136,22 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
                            layer_affine(affine.k_mean, l, kd), layer_affine(affine.k_scale, l, kd));
     v_codecs_.emplace_back(vd, shape.head_dim, l, options, layer_order(outliers.v_order, l, vd),
                            layer_affine(affine.v_mean, l, vd));
-    k_layout_.push_back(layout(kd, k_bytes_));
-    v_layout_.push_back(layout(vd, v_bytes_));
+    k_layout_.push_back(layout(kd, k_bytes_, num_blocks));
+    v_layout_.push_back(layout(vd, v_bytes_, num_blocks));
     if (shape.windows.any()) {
-      k_window_layout_.push_back(kv_dtype_is_fp(kd) ? SideLayout{} : layout(KvDtype::F16, window_bytes_));
-      v_window_layout_.push_back(kv_dtype_is_fp(vd) ? SideLayout{} : layout(KvDtype::F16, window_bytes_));
+      k_window_layout_.push_back(kv_dtype_is_fp(kd) ? SideLayout{} : layout(shape.windows.dtype, window_bytes_, window_blocks));
+      v_window_layout_.push_back(kv_dtype_is_fp(vd) ? SideLayout{} : layout(shape.windows.dtype, window_bytes_, window_blocks));
     }
   }
-  if (shape.windows.any() && shape.head_dim > 512)
-    fail("KV windows: head_dim {} is over the 512 the window rows support", shape.head_dim);
+  if (shape.windows.any()) {
+    if (shape.windows.dtype != KvDtype::F16 && shape.windows.dtype != KvDtype::Q8_0)
+      fail("KV windows keep rows as f16 or q8_0, not {}", kv_dtype_name(shape.windows.dtype));
+    check_kv_dtype(shape.windows.dtype, shape.head_dim, false);
+    window_codec_.emplace(shape.windows.dtype, shape.head_dim, 0, options);
+    window_store_.emplace(num_blocks, window_blocks);
+    identity_window_of_.resize(num_blocks);
+    for (int b = 0; b < num_blocks; ++b) identity_window_of_[b] = b;
+  }
   if (shape.windows.sink_tokens < 0 || shape.windows.recent_tokens < 0 || shape.windows.coded_last < 0)
     fail("KV windows: sink ({}) and recent ({}) token counts cannot be negative", shape.windows.sink_tokens,
          shape.windows.recent_tokens);
@@ -173,9 +177,14 @@ bool KvCache::reserve(BlockTable& table, int num_tokens) {
   const int needed = (num_tokens + shape_.block_size - 1) / shape_.block_size;
   const size_t had = table.blocks.size();
   while (static_cast<int>(table.blocks.size()) < needed) {
-    const int block = allocator_.allocate();
+    int block = allocator_.allocate();
+    if (block >= 0 && window_store_ && !window_store_->attach(block)) {
+      allocator_.release(block);
+      block = -1;
+    }
     if (block < 0) {
       while (table.blocks.size() > had) {
+        if (window_store_) window_store_->drop_user(table.blocks.back());
         allocator_.release(table.blocks.back());
         table.blocks.pop_back();
       }
@@ -187,7 +196,10 @@ bool KvCache::reserve(BlockTable& table, int num_tokens) {
 }
 
 void KvCache::release(BlockTable& table) {
-  for (int32_t block : table.blocks) allocator_.release(block);
+  for (int32_t block : table.blocks) {
+    if (window_store_) window_store_->drop_user(block);
+    allocator_.release(block);
+  }
   table.blocks.clear();
   table.num_tokens = 0;
 }
@@ -201,14 +213,15 @@ void KvCache::write(int layer, const BlockTable& table, int position, const floa
     kc.encode(k + h * shape_.head_dim, h, row_ptr(k_arena_.get(), k_layout_[layer], block, h, offset));
     vc.encode(v + h * shape_.head_dim, h, row_ptr(v_arena_.get(), v_layout_[layer], block, h, offset));
   }
-  if (!window_arena_) return;
-  // The window copy: the row encode() codes, before coding, rounded to fp16.
+  if (!window_arena_ || !window_store_->has_window(block)) return;
+  // The window copy: the row encode() codes, before coding, stored as the window dtype.
+  const int window_block = window_store_->window_of()[block];
   float storage[512];  // head_dim <= 512 (check_kv_dtype)
   auto write_window = [&](const KvRowCodec& codec, const SideLayout& s, const float* x) {
     if (s.row_bytes == 0) return;  // an FP side: its pages are its window
     for (int h = 0; h < shape_.num_kv_heads; ++h) {
       codec.exact_storage_row(x + h * shape_.head_dim, h, storage);
-      kv_encode_row(KvDtype::F16, storage, shape_.head_dim, row_ptr(window_arena_.get(), s, block, h, offset));
+      window_codec_->encode(storage, 0, row_ptr(window_arena_.get(), s, window_block, h, offset));
     }
   };
   write_window(kc, k_window_layout_[layer], k);
@@ -261,7 +274,7 @@ CodedPagedRows KvCache::window_k_pages(int layer) const {
   const SideLayout& s = k_window_layout_[layer];
   if (s.row_bytes == 0) return coded_k_pages(layer);
   return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        CodedRowFormat{RowCodec::F16, shape_.head_dim}};
+                        window_codec_->row_format()};
 }
 
 CodedPagedRows KvCache::window_v_pages(int layer) const {
@@ -269,7 +282,21 @@ CodedPagedRows KvCache::window_v_pages(int layer) const {
   const SideLayout& s = v_window_layout_[layer];
   if (s.row_bytes == 0) return coded_v_pages(layer);
   return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        CodedRowFormat{RowCodec::F16, shape_.head_dim}};
+                        window_codec_->row_format()};
+}
+
+}  // namespace tq
+
+namespace tq {
+
+const int32_t* KvCache::window_k_of(int layer) const {
+  if (!window_store_) fail("KV cache: layer {} has no window rows (windows are off)", layer);
+  return k_window_layout_[layer].row_bytes == 0 ? identity_window_of_.data() : window_store_->window_of();
+}
+
+const int32_t* KvCache::window_v_of(int layer) const {
+  if (!window_store_) fail("KV cache: layer {} has no window rows (windows are off)", layer);
+  return v_window_layout_[layer].row_bytes == 0 ? identity_window_of_.data() : window_store_->window_of();
 }
 
 }  // namespace tq

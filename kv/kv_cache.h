@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kernels/attention_coded.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_row_codec.h"
+#include "kv/kv_window_store.h"
 #include "kv/kv_windows.h"
 
 namespace tq {
@@ -31,8 +33,8 @@ struct KvCacheShape {
   int protect_layers = 0;
   KvDtype protect_dtype = KvDtype::F16;
   // Full-precision windows of the quantized layer sides (kv/kv_windows.h). While windows are on,
-  // every quantized side also keeps an fp16 storage-space copy of each row in a window arena
-  // paged like the cache, so window rows cost a full fp16 row in every block.
+  // each quantized side also keeps a storage-space copy (windows.dtype) of the rows of the data
+  // blocks that have a window block (kv/kv_window_store.h).
   KvWindows windows;
 
   bool is_protected(int layer) const { return layer < protect_layers || layer >= num_layers - protect_layers; }
@@ -40,21 +42,18 @@ struct KvCacheShape {
   KvDtype v_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : v_dtype; }
   // K + V bytes of one token of one layer, over its KV heads.
   size_t layer_bytes_per_token(int layer) const;
-  // K + V bytes of one token over all layers and KV heads: the coded rows, plus the window
-  // arena's fp16 rows while windows are on (what the cache allocates per token).
+  // K + V bytes of one token over all layers and KV heads (the rows of a data block).
   size_t bytes_per_token() const;
-  // The coded rows alone.
-  size_t coded_bytes_per_token() const;
-  // Bytes per token of a sequence of `ctx` tokens when only its window rows are kept at full
-  // precision: the coded rows plus (rows the last query reads at full precision) fp16 rows of
-  // every quantized side, spread over the ctx tokens. Equals coded_bytes_per_token() without
-  // windows.
+  // Bytes per token of one sequence of `ctx` tokens with its windows: the rows plus the window
+  // copies the last query reads, spread over the ctx tokens. bytes_per_token() without windows.
   double bytes_per_token_at(int ctx) const;
   // 8 * bytes_per_token_at(ctx) per element of K and V.
   double bits_per_element_at(int ctx) const;
-  // fp16 bytes of one token's rows over the quantized layer sides (the window arena's cost).
+  // Window-dtype bytes of one token's rows over the quantized layer sides.
   size_t window_bytes_per_token() const;
-  // K + V bytes of one block over all layers.
+  // Bytes of one window block (0 without windows).
+  size_t window_block_bytes() const { return windows.any() ? window_bytes_per_token() * block_size : 0; }
+  // K + V bytes of one data block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
   // "tq4" or "k=tq4,v=tq3" plus ", first/last N layers f16" when protected.
   std::string describe() const;
@@ -78,6 +77,8 @@ class BlockAllocator {
 struct BlockTable {
   std::vector<int32_t> blocks;
   int num_tokens = 0;  // tokens whose K/V are (or are being) stored
+  // Windows (kv/block_pool.h): blocks [sink blocks, first_window_block) no longer hold a window user.
+  int first_window_block = 0;
 };
 
 // Thrown when the cache's memory cannot be allocated (nothing stays allocated).
@@ -110,10 +111,15 @@ class KvCache {
   // of at startup). The server calls it once after sizing the cache (engine/kv_budget.h).
   void prefault();
 
-  // Grow `table` so it can hold `num_tokens` tokens. False (table unchanged) when the pool is
-  // out of blocks.
+  // Grow `table` so it can hold `num_tokens` tokens, each new block with a window block while
+  // windows are on. False (table unchanged) when the pool is out of blocks. (The serving engine
+  // allocates through kv/block_pool.h instead.)
   bool reserve(BlockTable& table, int num_tokens);
   void release(BlockTable& table);
+  // Window blocks (null without windows): which data blocks have one.
+  KvWindowStore* window_store() { return window_store_ ? &*window_store_ : nullptr; }
+  const KvWindowStore* window_store() const { return window_store_ ? &*window_store_ : nullptr; }
+  size_t window_arena_bytes() const { return window_bytes_; }
 
   // Store K and V of one token: k, v: [num_kv_heads, head_dim] fp32.
   void write(int layer, const BlockTable& table, int position, const float* k, const float* v);
@@ -129,10 +135,13 @@ class KvCache {
   // Views the coded attention kernel reads (any layer).
   CodedPagedRows coded_k_pages(int layer) const;
   CodedPagedRows coded_v_pages(int layer) const;
-  // The full-precision window rows of a layer (fp16 in storage space; an FP side's own pages).
-  // Only while shape().windows.any().
+  // The full-precision window rows of a layer (windows.dtype in storage space), paged by window
+  // block id; an FP side's own pages, paged by data block id. Only while shape().windows.any().
   CodedPagedRows window_k_pages(int layer) const;
   CodedPagedRows window_v_pages(int layer) const;
+  // The maps from a data block to the block of its window rows in those pages.
+  const int32_t* window_k_of(int layer) const;
+  const int32_t* window_v_of(int layer) const;
   const KvRowCodec& k_codec(int layer) const { return k_codecs_[layer]; }
   const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 
@@ -154,6 +163,9 @@ class KvCache {
   std::vector<SideLayout> k_layout_, v_layout_;  // [layer]
   std::vector<SideLayout> k_window_layout_, v_window_layout_;  // [layer], quantized sides, windows on
   std::vector<KvRowCodec> k_codecs_, v_codecs_;  // [layer]
+  std::optional<KvRowCodec> window_codec_;        // codes window rows (windows on)
+  std::optional<KvWindowStore> window_store_;     // windows on
+  std::vector<int32_t> identity_window_of_;       // [data block] = itself: FP sides' "window" map
   size_t k_bytes_ = 0, v_bytes_ = 0, window_bytes_ = 0;
   struct ArenaFree {
     size_t bytes;

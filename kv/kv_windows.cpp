@@ -13,6 +13,7 @@ std::string KvWindows::describe() const {
       out += coded_to < INT_MAX ? fmt::format(" in [{}, {})", coded_from, coded_to) : fmt::format(" from {}", coded_from);
     if (coded_last > 0) out += fmt::format(" in the last {}", coded_last);
   }
+  if (dtype != KvDtype::F16) out += fmt::format(", {}", kv_dtype_name(dtype));
   return out;
 }
 

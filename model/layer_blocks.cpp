@@ -10,6 +10,7 @@
 #include "kernels/attention_fp.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "errors/error.h"
 
 namespace tq {
 
@@ -85,6 +86,25 @@ void attend_fp(LayerContext& c, float scale) {
 // token's result is the same whatever else is in the batch.
 constexpr int kAttentionPartRows = 256;
 
+// Every block whose rows a token reads from the windows has its window block: a broken
+// invariant of kv/block_pool.h fails here instead of reading another block's rows.
+void check_window_rows(const LayerContext& c) {
+  const KvWindowStore* store = c.cache.window_store();
+  const KvWindows& w = c.cache.shape().windows;
+  const int bs = c.cache.shape().block_size;
+  for (int t = 0; t < c.batch.size(); ++t) {
+    const int p = c.batch.positions[t];
+    const auto& blocks = c.batch.tables[t]->blocks;
+    const auto check = [&](int i) {
+      if (!store->has_window(blocks[i]))
+        fail("KV windows: position {} reads block {} (index {}) at full precision, but it has no window block", p,
+             blocks[i], i);
+    };
+    for (int i = 0; i < w.sink_end_block(p, bs); ++i) check(i);
+    for (int i = w.recent_begin_block(p, bs); i <= p / bs; ++i) check(i);
+  }
+}
+
 // Quantized K and/or V: q goes into K's storage space once per head, the kernel scores and
 // accumulates rows as stored (rotated space for TurboQuant), and the output comes back from V's
 // storage space once per head.
@@ -99,6 +119,9 @@ void attend_coded(LayerContext& c, float scale) {
   const KvWindows& windows = c.cache.shape().windows;
   const CodedPagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : CodedPagedRows{};
   const CodedPagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : CodedPagedRows{};
+  const int32_t* k_window_of = windows.any() ? c.cache.window_k_of(c.layer) : nullptr;
+  const int32_t* v_window_of = windows.any() ? c.cache.window_v_of(c.layer) : nullptr;
+  if (windows.any() && c.layer == 0) check_window_rows(c);
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
     for (int t = 0; t < T; ++t)
@@ -136,7 +159,8 @@ void attend_coded(LayerContext& c, float scale) {
       a.k = k_pages;
       a.v = v_pages;
       if (windows.any()) {  // which rows t reads at full precision depends on its position alone
-        a.window_table = a.block_table;
+        a.window_k_of = k_window_of;
+        a.window_v_of = v_window_of;
         a.window_k = k_window;
         a.window_v = v_window;
         std::tie(a.coded_begin, a.coded_end) = windows.coded_range(c.batch.positions[t]);
