@@ -23,7 +23,8 @@ int run_info(const InfoFlags& f) {
   // the tokens one GiB of cache holds.
   nlohmann::json kv = nlohmann::json::object(), kv_modes = nlohmann::json::array();
   for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0, KvDtype::Q4_0H,
-                    KvDtype::TQ4, KvDtype::TQ3_5, KvDtype::TQ3, KvDtype::TQ2_5, KvDtype::TQ2}) {
+                    KvDtype::TQ4, KvDtype::TQ4H, KvDtype::TQ3_5, KvDtype::TQ3, KvDtype::TQ3H, KvDtype::TQ2_5,
+                    KvDtype::TQ2, KvDtype::TQ2H}) {
     try {
       check_kv_dtype(d, c.head_dim, /*hadamard_rotation=*/false);
     } catch (const Error&) {
@@ -40,6 +41,25 @@ int run_info(const InfoFlags& f) {
                         {"bits_per_element", kv_bits_per_element(d, c.head_dim)},
                         {"bytes_per_token", shape.bytes_per_token()},
                         {"tokens_per_gib", (size_t{1} << 30) / shape.bytes_per_token()}});
+  }
+  // The presets and the default-windowed modes as the cache flags build them: bytes per token of
+  // the rows, and bits per element of one 1024-token sequence with its windows.
+  nlohmann::json presets = nlohmann::json::array();
+  for (const std::string mode : {"q4_0h", "tq4", "tq3", "tq2"}) {
+    CacheOptions o;
+    o.kv_cache_dtype = mode;
+    KvCacheShape shape;
+    try {
+      shape = cache_shape_for(o, c);
+    } catch (const Error&) {
+      continue;
+    }
+    presets.push_back({{"mode", mode},
+                       {"k", kv_dtype_name(shape.k_dtype)},
+                       {"v", kv_dtype_name(shape.v_dtype)},
+                       {"windows", shape.windows.describe()},
+                       {"bytes_per_token", shape.bytes_per_token()},
+                       {"bits_per_element_at_1024", shape.bits_per_element_at(1024)}});
   }
   nlohmann::json dtypes = m.stored_dtypes;
   nlohmann::json j = {{"path", m.path},
@@ -60,7 +80,8 @@ int run_info(const InfoFlags& f) {
                       {"tied_embeddings", c.tie_word_embeddings},
                       {"chat_template", !m.chat_template.empty()},
                       {"kv_bytes_per_token", kv},
-                      {"kv_modes", kv_modes}};
+                      {"kv_modes", kv_modes},
+                      {"kv_presets", presets}};
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -81,6 +102,11 @@ int run_info(const InfoFlags& f) {
     std::printf("                %-6s %10.2f %12zu %14zu\n", row["mode"].get<std::string>().c_str(),
                 row["bits_per_element"].get<double>(), row["bytes_per_token"].get<size_t>(),
                 row["tokens_per_gib"].get<size_t>());
+  std::printf("KV presets:     %-6s %-12s %10s  %s\n", "mode", "k/v", "bits@1024", "windows (rows read at full precision)");
+  for (const auto& row : presets)
+    std::printf("                %-6s %-12s %10.2f  %s\n", row["mode"].get<std::string>().c_str(),
+                (row["k"].get<std::string>() + "/" + row["v"].get<std::string>()).c_str(),
+                row["bits_per_element_at_1024"].get<double>(), row["windows"].get<std::string>().c_str());
   return 0;
 }
 

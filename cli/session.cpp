@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "errors/error.h"
+#include "kv/kv_presets.h"
 
 namespace tq {
 
@@ -26,23 +27,27 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 }
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {
-  cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype, "KV cache element type: " + kv_dtype_choices())
+  cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                  "KV cache mode: a preset (" + kv_preset_names() + ") or a row format for K and V: " +
+                      kv_dtype_choices())
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype-k", o.kv_cache_dtype_k, "element type of keys (default: --kv-cache-dtype)");
   cmd->add_option("--kv-cache-dtype-v", o.kv_cache_dtype_v, "element type of values (default: --kv-cache-dtype)");
   cmd->add_option("--kv-protect-layers", o.protect_layers,
                   "keep the first and last N layers' K/V in f16 (full precision)")
       ->check(CLI::Range(0, 1 << 16));
+  const KvWindows w = default_kv_windows();
   cmd->add_option("--kv-sink-tokens", o.sink_tokens,
-                  "quantized KV: every query reads the first N rows (attention sinks) at full precision (fp16)")
-      ->capture_default_str()
+                  fmt::format("quantized KV: every query reads the first N rows (attention sinks) at full precision "
+                              "(default {}; 0: none)", w.sink_tokens))
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-recent-tokens", o.recent_tokens,
-                  "quantized KV: a query reads its own and the W - 1 rows before it at full precision (fp16)")
-      ->capture_default_str()
+                  fmt::format("quantized KV: a query reads its own and the W - 1 rows before it at full precision "
+                              "(default {}; 0: none)", w.recent_tokens))
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--kv-window-dtype", o.window_dtype, "how window rows are kept: f16 or q8_0 (in storage space)")
-      ->capture_default_str();
+  cmd->add_option("--kv-window-dtype", o.window_dtype,
+                  fmt::format("how window rows are kept, in storage space: f16 or q8_0 (default {})",
+                              kv_dtype_name(w.dtype)));
   cmd->add_option("--tq-rotation", o.tq_rotation, "TurboQuant rotation: dense (QR of a Gaussian) or hadamard")
       ->capture_default_str();
   cmd->add_option("--tq-codebook", o.tq_codebook,
@@ -114,18 +119,32 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
   shape.num_kv_heads = c.num_kv_heads;
   shape.head_dim = c.head_dim;
   shape.block_size = o.block_size;
-  const KvDtype both = dtype_flag(o.kv_cache_dtype, "--kv-cache-dtype");
-  shape.k_dtype = o.kv_cache_dtype_k.empty() ? both : dtype_flag(o.kv_cache_dtype_k, "--kv-cache-dtype-k");
-  shape.v_dtype = o.kv_cache_dtype_v.empty() ? both : dtype_flag(o.kv_cache_dtype_v, "--kv-cache-dtype-v");
+  const std::optional<KvPreset> preset = find_kv_preset(o.kv_cache_dtype);
+  KvDtype k = KvDtype::F16, v = KvDtype::F16;
+  if (preset) {
+    k = preset->k, v = preset->v;
+  } else {
+    const auto d = parse_kv_dtype(o.kv_cache_dtype);
+    if (!d) fail("--kv-cache-dtype '{}' is not a preset ({}) or one of: {}", o.kv_cache_dtype, kv_preset_names(), kv_dtype_choices());
+    k = v = *d;
+  }
+  if (preset && o.kv_cache_dtype_k.empty() && o.kv_cache_dtype_v.empty()) shape.preset = preset->name;
+  shape.k_dtype = o.kv_cache_dtype_k.empty() ? k : dtype_flag(o.kv_cache_dtype_k, "--kv-cache-dtype-k");
+  shape.v_dtype = o.kv_cache_dtype_v.empty() ? v : dtype_flag(o.kv_cache_dtype_v, "--kv-cache-dtype-v");
   if (2 * o.protect_layers > c.num_layers)
     fail("--kv-protect-layers {} protects the first and last {} layers, but the model has only {} layers",
          o.protect_layers, o.protect_layers, c.num_layers);
   shape.protect_layers = o.protect_layers;
-  shape.windows.sink_tokens = o.sink_tokens;
-  shape.windows.recent_tokens = o.recent_tokens;
-  shape.windows.dtype = dtype_flag(o.window_dtype, "--kv-window-dtype");
-  if (shape.windows.dtype != KvDtype::F16 && shape.windows.dtype != KvDtype::Q8_0)
-    fail("--kv-window-dtype {} is not one of: f16, q8_0", o.window_dtype);
+  const KvWindows defaults = default_kv_windows();
+  if (kv_windows_apply_to(shape.k_dtype) || kv_windows_apply_to(shape.v_dtype)) {
+    shape.windows.sink_tokens = o.sink_tokens >= 0 ? o.sink_tokens : defaults.sink_tokens;
+    shape.windows.recent_tokens = o.recent_tokens >= 0 ? o.recent_tokens : defaults.recent_tokens;
+    shape.windows.dtype = o.window_dtype.empty() ? defaults.dtype : dtype_flag(o.window_dtype, "--kv-window-dtype");
+    if (shape.windows.dtype != KvDtype::F16 && shape.windows.dtype != KvDtype::Q8_0)
+      fail("--kv-window-dtype {} is not one of: f16, q8_0", o.window_dtype);
+    // The default q8_0 window rows need head_dim % 32 == 0; other models keep them as f16.
+    if (o.window_dtype.empty() && c.head_dim % 32 != 0) shape.windows.dtype = KvDtype::F16;
+  }
   const bool hadamard = parse_rotation_kind(o.tq_rotation) == RotationKind::hadamard;
   check_kv_dtype(shape.k_dtype, c.head_dim, hadamard);
   check_kv_dtype(shape.v_dtype, c.head_dim, hadamard);

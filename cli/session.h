@@ -26,9 +26,10 @@ struct CacheOptions {
   std::string kv_cache_dtype_k;  // empty: kv_cache_dtype
   std::string kv_cache_dtype_v;  // empty: kv_cache_dtype
   int protect_layers = 0;
-  int sink_tokens = 0;    // KvWindows::sink_tokens
-  int recent_tokens = 0;  // KvWindows::recent_tokens
-  std::string window_dtype = "f16";  // KvWindows::dtype
+  // Windows (KvWindows); < 0 / empty: default_kv_windows() for modes they apply to.
+  int sink_tokens = -1;
+  int recent_tokens = -1;
+  std::string window_dtype;
   std::string tq_rotation = "dense";
   std::string tq_codebook = "beta";
   uint64_t tq_seed = KvQuantOptions{}.seed;

@@ -36,6 +36,12 @@ float load_f16(const uint8_t* p) {
 // per row, and a format is checked once (check_coded_row_format) before rows are decoded.
 inline size_t codes_bytes(int dim, int bits) { return size_t(dim) * bits / 8; }
 
+// The scale of a whole TurboQuant row (TQ), stored after its codes.
+inline float tq_scale(const CodedRowFormat& f, const uint8_t* row) {
+  const uint8_t* at = row + codes_bytes(f.dim, f.bits);
+  return f.f16_scale ? load_f16(at) : load_f32(at);
+}
+
 // out[j] = levels[idx_j] * scale over one TurboQuant half or whole row of `dim` values.
 void decode_tq_scalar(const uint8_t* codes, int dim, int bits, const float* levels, float scale, float* out) {
   uint8_t idx[kMaxDim];
@@ -75,7 +81,7 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::F16: return size_t(f.dim) * 2;
     case RowCodec::Q8_0: return size_t(f.dim / kBlock) * kQ8Bytes;
     case RowCodec::Q4_0: return size_t(f.dim / kBlock) * kQ4Bytes;
-    case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits);
+    case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits) - (f.f16_scale ? 2 : 0);
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
   }
   return 0;
@@ -104,7 +110,7 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
       dequantize_row(DType::Q4_0, row, out, d);
       return;
     case RowCodec::TQ:
-      decode_tq_scalar(row, d, f.bits, f.levels, load_f32(row + codes_bytes(d, f.bits)), out);
+      decode_tq_scalar(row, d, f.bits, f.levels, tq_scale(f, row), out);
       return;
     case RowCodec::TQ_SPLIT: {
       const int h = d / 2;
@@ -295,7 +301,7 @@ void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_
       const TqPartDecoder part(d, f.bits, f.levels);
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;
-        part(row, load_f32(row + codes_bytes(d, f.bits)), out + i * out_stride);
+        part(row, tq_scale(f, row), out + i * out_stride);
       }
       return;
     }

@@ -6,8 +6,9 @@
 //   F32 / BF16 / F16  head_dim values.
 //   Q8_0 / Q4_0       ggml's 32-element blocks with an fp16 scale (ggml-common.h layouts), the
 //                     baselines llama.cpp offers for its KV cache.
-//   TQ                TurboQuant: b-bit codebook indices + fp32 scale (kernels/tq_packing.h);
-//                     decodes to scale * levels[idx].
+//   TQ                TurboQuant: b-bit codebook indices + fp32 scale (kernels/tq_packing.h), or
+//                     an fp16 scale (f16_scale: the row is 2 bytes shorter); decodes to
+//                     scale * levels[idx].
 //   TQ_SPLIT          two TurboQuant half-rows with their own bits, codebooks and fp16 scales
 //                     (the split layout of kernels/tq_packing.h).
 #pragma once
@@ -25,6 +26,7 @@ struct CodedRowFormat {
   int bits_lo = 0;                   // TQ_SPLIT: bits of the second half
   const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels
   const float* levels_lo = nullptr;  // TQ_SPLIT second half: [2^bits_lo]
+  bool f16_scale = false;            // TQ: the scale after the codes is fp16, not fp32
 };
 
 // Fails (naming the problem) unless the format is usable: dim in 1..512, Q8_0/Q4_0 need

@@ -99,6 +99,7 @@ double KvCacheShape::bits_per_element_at(int ctx) const {
 std::string KvCacheShape::describe() const {
   std::string out = k_dtype == v_dtype ? std::string(kv_dtype_name(k_dtype))
                                        : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
+  if (!preset.empty()) out = fmt::format("{} ({})", preset, out);
   if (protect_layers > 0 && (k_dtype != protect_dtype || v_dtype != protect_dtype))
     out += fmt::format(", first/last {} layers {}", protect_layers, kv_dtype_name(protect_dtype));
   if (windows.any()) out += ", full-precision windows: " + windows.describe();

@@ -32,6 +32,8 @@ struct KvCacheShape {
   // The first and last `protect_layers` layers store K and V as `protect_dtype` (full precision).
   int protect_layers = 0;
   KvDtype protect_dtype = KvDtype::F16;
+  // The preset the dtypes came from (kv/kv_presets.h), or empty; named first by describe().
+  std::string preset;
   // Full-precision windows of the quantized layer sides (kv/kv_windows.h). While windows are on,
   // each quantized side also keeps a storage-space copy (windows.dtype) of the rows of the data
   // blocks that have a window block (kv/kv_window_store.h).
@@ -55,7 +57,8 @@ struct KvCacheShape {
   size_t window_block_bytes() const { return windows.any() ? window_bytes_per_token() * block_size : 0; }
   // K + V bytes of one data block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
-  // "tq4" or "k=tq4,v=tq3" plus ", first/last N layers f16" when protected.
+  // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4h)" for a preset), plus ", first/last N layers f16" when
+  // protected and the windows when on.
   std::string describe() const;
 };
 

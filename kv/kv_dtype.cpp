@@ -19,7 +19,8 @@ struct NamedDtype {
 constexpr NamedDtype kDtypes[] = {
     {KvDtype::F32, "f32"},   {KvDtype::BF16, "bf16"},   {KvDtype::F16, "f16"},  {KvDtype::Q8_0, "q8_0"},
     {KvDtype::Q4_0, "q4_0"}, {KvDtype::Q4_0H, "q4_0h"}, {KvDtype::TQ4, "tq4"},  {KvDtype::TQ3, "tq3"},
-    {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"},
+    {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"}, {KvDtype::TQ4H, "tq4h"},
+    {KvDtype::TQ3H, "tq3h"}, {KvDtype::TQ2H, "tq2h"},
 };
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -60,13 +61,20 @@ bool kv_dtype_is_tq(KvDtype dtype) { return kv_dtype_tq_bits(dtype).first > 0; }
 
 bool kv_dtype_is_split(KvDtype dtype) { return dtype == KvDtype::TQ3_5 || dtype == KvDtype::TQ2_5; }
 
+bool kv_dtype_has_f16_norm(KvDtype dtype) {
+  return dtype == KvDtype::TQ4H || dtype == KvDtype::TQ3H || dtype == KvDtype::TQ2H;
+}
+
 bool kv_dtype_is_rotated(KvDtype dtype) { return dtype == KvDtype::Q4_0H || kv_dtype_is_tq(dtype); }
 
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
   switch (dtype) {
-    case KvDtype::TQ4: return {4, 4};
-    case KvDtype::TQ3: return {3, 3};
-    case KvDtype::TQ2: return {2, 2};
+    case KvDtype::TQ4:
+    case KvDtype::TQ4H: return {4, 4};
+    case KvDtype::TQ3:
+    case KvDtype::TQ3H: return {3, 3};
+    case KvDtype::TQ2:
+    case KvDtype::TQ2H: return {2, 2};
     case KvDtype::TQ3_5: return {4, 3};
     case KvDtype::TQ2_5: return {3, 2};
     default: return {0, 0};
@@ -113,7 +121,8 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
     default: break;
   }
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
-  return kv_dtype_is_split(dtype) ? tq_split_row_bytes(head_dim, hi, lo) : tq_row_bytes(head_dim, hi);
+  if (kv_dtype_is_split(dtype)) return tq_split_row_bytes(head_dim, hi, lo);
+  return tq_row_bytes(head_dim, hi) - (kv_dtype_has_f16_norm(dtype) ? 2 : 0);
 }
 
 double kv_bits_per_element(KvDtype dtype, int head_dim) { return 8.0 * kv_row_bytes(dtype, head_dim) / head_dim; }

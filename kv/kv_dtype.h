@@ -5,6 +5,7 @@
 //   q4_0h            q4_0 of the row after a per-layer randomized Hadamard rotation, what
 //                    llama.cpp does for quantized caches; attention runs in the rotated space
 //   tq4, tq3, tq2    TurboQuant: fp32 norm + b-bit Lloyd-Max codes of the rotated unit row
+//   tq4h, tq3h, tq2h the same with an fp16 norm (2 bytes a row fewer: 0.25 bits at head_dim 64)
 //   tq3.5, tq2.5     TurboQuant split: the row's outlier half (chosen per layer and KV head by
 //                    calibration, engine/kv_calibration.h) at 4 (3) bits, the rest at 3 (2) bits
 #pragma once
@@ -17,7 +18,7 @@
 
 namespace tq {
 
-enum class KvDtype { F32, BF16, F16, Q8_0, Q4_0, Q4_0H, TQ4, TQ3, TQ2, TQ3_5, TQ2_5 };
+enum class KvDtype { F32, BF16, F16, Q8_0, Q4_0, Q4_0H, TQ4, TQ3, TQ2, TQ3_5, TQ2_5, TQ4H, TQ3H, TQ2H };
 
 std::optional<KvDtype> parse_kv_dtype(std::string_view name);
 std::string_view kv_dtype_name(KvDtype dtype);
@@ -26,6 +27,7 @@ std::string kv_dtype_choices();  // "f32, bf16, f16, q8_0, ..." for error messag
 bool kv_dtype_is_fp(KvDtype dtype);        // f32, bf16, f16
 bool kv_dtype_is_tq(KvDtype dtype);        // tq*
 bool kv_dtype_is_split(KvDtype dtype);     // tq3.5, tq2.5
+bool kv_dtype_has_f16_norm(KvDtype dtype);  // tq4h, tq3h, tq2h
 bool kv_dtype_is_rotated(KvDtype dtype);   // q4_0h and tq*
 // TurboQuant bit widths: {b, b} for tq<b>, {hi, lo} for split modes; {0, 0} otherwise.
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype);

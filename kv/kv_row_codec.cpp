@@ -1,5 +1,7 @@
 #include "kv/kv_row_codec.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -102,6 +104,7 @@ CodedRowFormat KvRowCodec::row_format() const {
     f.codec = RowCodec::Q4_0;
   } else {
     f.codec = kv_dtype_is_split(dtype_) ? RowCodec::TQ_SPLIT : RowCodec::TQ;
+    f.f16_scale = kv_dtype_has_f16_norm(dtype_);
     f.bits = cb_hi_.bits;
     f.levels = cb_hi_.centroids.data();
     if (kv_dtype_is_split(dtype_)) {
@@ -179,6 +182,15 @@ void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
       return;
     }
     default: break;
+  }
+  if (kv_dtype_has_f16_norm(dtype_)) {  // the fp32 row, its scale then rounded to fp16
+    uint8_t full[kMaxDim / 2 + 4];
+    tq_encode_row(x, cb_hi_, rot_, full, scale_mode_);
+    const size_t codes = tq_codes_bytes(d_, cb_hi_.bits);
+    std::memcpy(row, full, codes);
+    const uint16_t scale = tq_scale_to_fp16(tq_row_scale(full, d_, cb_hi_.bits));
+    std::memcpy(row + codes, &scale, sizeof scale);
+    return;
   }
   if (!kv_dtype_is_split(dtype_)) {
     tq_encode_row(x, cb_hi_, rot_, row, scale_mode_);

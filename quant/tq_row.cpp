@@ -36,11 +36,10 @@ Scratch& scratch(int n) {
 // A half-row of at most 256 values at 4 bits, plus its scale.
 constexpr size_t kMaxSplitHalfBytes = 256 / 2 + 4;
 
-// fp16 keeps 11 significant bits; a scale beyond its range (no real K/V row norm is near 65504)
-// saturates rather than becoming infinite.
-uint16_t fp16_scale(float s) { return fp32_to_fp16(std::isfinite(s) ? std::fmin(s, 65504.0f) : s); }
-
 }  // namespace
+
+// fp16 keeps 11 significant bits; a scale beyond its range saturates rather than becoming infinite.
+uint16_t tq_scale_to_fp16(float s) { return fp32_to_fp16(std::isfinite(s) ? std::fmin(s, 65504.0f) : s); }
 
 TqScaleMode parse_tq_scale_mode(std::string_view name) {
   if (name == "norm-corrected") return TqScaleMode::norm_corrected;
@@ -116,10 +115,10 @@ void tq_encode_split_row(const float* x, const Codebook& codebook_hi, const Rota
   uint16_t scales[2];
   tq_encode_row(x, codebook_hi, rotation_hi, half, mode);
   std::memcpy(row, half, hi_codes);
-  scales[0] = fp16_scale(tq_row_scale(half, h, codebook_hi.bits));
+  scales[0] = tq_scale_to_fp16(tq_row_scale(half, h, codebook_hi.bits));
   tq_encode_row(x + h, codebook_lo, rotation_lo, half, mode);
   std::memcpy(row + hi_codes, half, lo_codes);
-  scales[1] = fp16_scale(tq_row_scale(half, h, codebook_lo.bits));
+  scales[1] = tq_scale_to_fp16(tq_row_scale(half, h, codebook_lo.bits));
   std::memcpy(row + hi_codes + lo_codes, scales, sizeof scales);
 }
 

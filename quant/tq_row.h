@@ -42,6 +42,9 @@ void tq_encode_split_row(const float* x, const Codebook& codebook_hi, const Rota
 
 // The stored scale of a row.
 float tq_row_scale(const uint8_t* row, int dim, int bits);
+// A scale as fp16 (split rows' halves and tq<b>h rows): clamped to fp16's largest finite value,
+// non-finite kept non-finite. No real K/V row norm is near 65504.
+uint16_t tq_scale_to_fp16(float scale);
 
 // Reconstruction in rotated space, yhat = scale * c[idx] (what attention works with).
 void tq_decode_row_rotated(const uint8_t* row, const Codebook& codebook, float* yhat);

@@ -306,6 +306,40 @@ TEST(CodedRow, ScalarDecodeMatchesOtherDecoders) {
   }
 }
 
+// An fp16-scale TurboQuant row (tq<b>h): the codes of the fp32 row, its scale rounded to fp16;
+// every decoder gives levels[idx] * that scale, bit for bit alike.
+TEST(CodedRow, Fp16ScaleRows) {
+  std::mt19937 rng(13);
+  for (int d : {64, 128, 48}) {
+    for (int bits = 2; bits <= 4; ++bits) {
+      if (!spec_fits(Spec{RowCodec::TQ, bits}, d)) continue;
+      SCOPED_TRACE("d=" + std::to_string(d) + " bits=" + std::to_string(bits));
+      CodedRowFormat f = format_for(Spec{RowCodec::TQ, bits}, d);
+      f.f16_scale = true;
+      EXPECT_EQ(coded_row_bytes(f), tq_codes_bytes(d, bits) + 2);
+      std::vector<uint8_t> full(tq_row_bytes(d, bits)), row(coded_row_bytes(f) * 3);
+      const std::vector<float> x = random_vec(d, rng, 2.5f);
+      tq_encode_row(x.data(), codebook_for(d, bits), rotation_for(d, 0), full.data());
+      const uint16_t h = tq_scale_to_fp16(tq_row_scale(full.data(), d, bits));
+      for (int r = 0; r < 3; ++r) {
+        std::memcpy(row.data() + r * coded_row_bytes(f), full.data(), tq_codes_bytes(d, bits));
+        std::memcpy(row.data() + r * coded_row_bytes(f) + tq_codes_bytes(d, bits), &h, 2);
+      }
+      std::vector<uint8_t> idx(d);
+      unpack_indices(full.data(), d, bits, idx.data());
+      std::vector<float> want(d), got(d), rows(3 * d);
+      for (int j = 0; j < d; ++j) want[j] = codebook_for(d, bits).centroids[idx[j]] * fp16_to_fp32(h);
+      decode_coded_row_scalar(f, row.data(), got.data());
+      EXPECT_EQ(got, want);
+      if (!coded_row_avx2_available(f)) continue;
+      decode_coded_row_avx2(f, row.data(), got.data());
+      EXPECT_EQ(got, want);
+      decode_coded_rows_avx2(f, row.data(), coded_row_bytes(f), 3, rows.data(), d);
+      for (int r = 0; r < 3; ++r) EXPECT_EQ(std::vector<float>(rows.begin() + r * d, rows.begin() + (r + 1) * d), want);
+    }
+  }
+}
+
 // AVX2 row decoders are bit-identical to the scalar ones, on encoded rows and on random codes,
 // for sizes that take the SIMD paths (64, 128) and ones that fall back per part (48, 96, 40).
 TEST(CodedRow, Avx2DecodeIsBitIdenticalToScalar) {

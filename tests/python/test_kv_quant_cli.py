@@ -20,6 +20,15 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     assert modes["f16"]["bits_per_element"] == 16
     assert modes["tq4"]["tokens_per_gib"] == (1 << 30) // modes["tq4"]["bytes_per_token"]
     assert modes["f16"]["bytes_per_token"] / modes["tq4"]["bytes_per_token"] > 3.5
+    assert modes["tq4h"]["bytes_per_token"] == layers_heads * 34  # the same codes, an fp16 norm
+    # The presets: their row formats, the default windows and what one 1024-token sequence costs.
+    presets = {p["mode"]: p for p in info["kv_presets"]}
+    assert [presets[m]["k"] for m in ("tq4", "tq3", "tq2")] == ["tq4h", "tq3h", "tq2h"]
+    for p in presets.values():
+        assert p["windows"] == "sink 4, recent 24, q8_0"
+    # 28 window rows of q8_0 (8.5 bits) per 1024 tokens on top of the rows' own bits.
+    assert presets["tq4"]["bits_per_element_at_1024"] == pytest.approx(4.25 + 28 / 1024 * 8.5)
+    assert presets["tq3"]["bits_per_element_at_1024"] <= 3.5 and presets["tq2"]["bits_per_element_at_1024"] <= 2.6
 
 
 @pytest.mark.parametrize("mode", ["q8_0", "q4_0h", "tq4", "tq3.5", "tq2"])
@@ -74,11 +83,36 @@ def test_eval_kl_orders_modes_by_bits(tqserve, smollm2, tmp_path):
     modes = {m["mode"]: m for m in out["modes"]}
     assert modes["f16"]["kld_mean"] < 1e-3 and modes["f16"]["top1"] > 0.97
     assert modes["q8_0"]["kld_mean"] < modes["tq4"]["kld_mean"] < modes["tq2"]["kld_mean"]
-    assert modes["tq4"]["bits_per_element"] == pytest.approx(4.5)
+    # The tq4 preset at 128 tokens: fp16-norm 4-bit rows (4.25 bits) plus 28 q8_0 window rows.
+    assert modes["tq4"]["bits_per_element"] == pytest.approx(4.25 + 28 / 128 * 8.5)
+    assert modes["tq4"]["windows"] == "sink 4, recent 24, q8_0" and modes["f16"]["windows"] == "none"
     for m in modes.values():
         assert m["kld_median"] <= m["kld_p99"] and 0 <= m["top1"] <= 1 and m["ppl"] > 1
         assert m["ppl_ref"] == pytest.approx(modes["f16"]["ppl_ref"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_kl_windows_and_breakdown(tqserve, smollm2):
+    # A mode's "@" windows replace the defaults; --breakdown quantizes K or V alone, over all rows and
+    # one position range at a time. Windows only ever lower the error, and each range's share is below
+    # the whole side's.
+    out = json.loads(tqserve("eval", "kl", "--model", smollm2, "--dequantize-weights", "--text-file", GPL3, "--ctx", "128",
+                             "--max-windows", "1", "--kv-cache-dtype", "tq4@none,tq4,tq4@s4+r64", "--plot", "",
+                             "--json").stdout)
+    modes = {m["mode"]: m for m in out["modes"]}
+    assert modes["tq4@none"]["bits_per_element"] == pytest.approx(4.25)
+    assert modes["tq4@s4+r64"]["windows"] == "sink 4, recent 64"
+    assert modes["tq4@s4+r64"]["kld_mean"] < modes["tq4"]["kld_mean"] < modes["tq4@none"]["kld_mean"]
+    out = json.loads(tqserve("eval", "kl", "--model", smollm2, "--dequantize-weights", "--text-file", GPL3, "--ctx", "128",
+                             "--max-windows", "1", "--kv-cache-dtype", "tq4", "--breakdown", "--plot", "",
+                             "--json").stdout)
+    kld = {m["mode"]: m["kld_mean"] for m in out["modes"]}
+    assert len(kld) == 10
+    for side in ("tq4/f32", "f32/tq4"):
+        for part in ("@c0-4", "@c4-64", "@clast128", "@c64-+r128"):
+            assert kld[side + part] <= kld[side + "@none"] + 1e-6
+    proc = tqserve("eval", "kl", "--model", smollm2, "--text-file", GPL3, "--kv-cache-dtype", "tq4@x9", check=False)
+    assert proc.returncode != 0 and "'x9' is not a window item" in proc.stderr
 
 
 def test_eval_niah_reports_every_cell(tqserve, smollm2, tmp_path):
