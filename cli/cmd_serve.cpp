@@ -109,13 +109,8 @@ int run_serve(ServeFlags& f) {
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
 
     KvCacheShape shape = cache_shape_for(f.cache, c);
-    if (shape.windows.any())
-      shape.windows.window_blocks =
-          window_blocks_for_serving(shape.windows.sink_tokens, shape.windows.recent_tokens, shape.block_size,
-                                    f.max_num_seqs, f.max_num_batched_tokens, std::numeric_limits<int>::max());
     KvSizing sizing;
     sizing.bytes_per_block = shape.bytes_per_block();
-    sizing.fixed_bytes = size_t(shape.windows.window_blocks) * shape.window_block_bytes();
     sizing.block_size = shape.block_size;
     sizing.max_model_len = session->max_model_len;
     sizing.mode = shape.describe();
@@ -127,6 +122,22 @@ int run_serve(ServeFlags& f) {
       sizing.budget_bytes = size_t(f.memory_utilization * double(available_memory_bytes()));
     } else {
       sizing.budget_bytes = default_budget();
+    }
+    if (shape.windows.any()) {
+      // Window blocks: enough for every sequence that can run (kv/kv_window_store.h), and never
+      // more than the data blocks; when the budget cannot hold that many beside the data blocks,
+      // one window block per data block.
+      const int running = window_blocks_for_serving(shape.windows.sink_tokens, shape.windows.recent_tokens,
+                                                    shape.block_size, f.max_num_seqs, f.max_num_batched_tokens,
+                                                    std::numeric_limits<int>::max());
+      const size_t fixed = size_t(running) * shape.window_block_bytes();
+      if (sizing.budget_bytes > fixed && (sizing.budget_bytes - fixed) / sizing.bytes_per_block >= size_t(running)) {
+        shape.windows.window_blocks = running;
+        sizing.fixed_bytes = fixed;
+      } else {
+        shape.windows.window_blocks = 0;
+        sizing.bytes_per_block += shape.window_block_bytes();
+      }
     }
     CacheOptions co = f.cache;
     co.log_cache = false;
@@ -163,7 +174,7 @@ int run_serve(ServeFlags& f) {
   served.chat_template = session->model.chat_template;
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
-  server.attach(*engine, served, cache->shape().describe());
+  server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe());
   std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
 
   http_thread.join();  // returns after a signal stopped the server and in-flight requests ended

@@ -96,6 +96,12 @@ double KvCacheShape::bits_per_element_at(int ctx) const {
   return 8.0 * bytes_per_token_at(ctx) / (2.0 * num_layers * num_kv_heads * head_dim);
 }
 
+std::string KvCacheShape::mode_name() const {
+  if (!preset.empty()) return preset;
+  return k_dtype == v_dtype ? std::string(kv_dtype_name(k_dtype))
+                            : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
+}
+
 std::string KvCacheShape::describe() const {
   std::string out = k_dtype == v_dtype ? std::string(kv_dtype_name(k_dtype))
                                        : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));

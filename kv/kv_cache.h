@@ -60,6 +60,8 @@ struct KvCacheShape {
   // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4h)" for a preset), plus ", first/last N layers f16" when
   // protected and the windows when on.
   std::string describe() const;
+  // The mode as a user names it: the preset, else the dtypes ("f16", "k=tq4,v=q8_0").
+  std::string mode_name() const;
 };
 
 // Free list of block ids. Lowest ids first, so runs are reproducible.

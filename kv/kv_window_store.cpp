@@ -11,7 +11,7 @@ int window_blocks_for_serving(int sink_tokens, int recent_tokens, int block_size
   const auto blocks = [block_size](int64_t tokens) { return (tokens + block_size - 1) / block_size; };
   const int64_t per_seq = blocks(sink_tokens) + blocks(recent_tokens) + 2;
   const int64_t running = int64_t(max_num_seqs) * per_seq + blocks(max_num_batched_tokens);
-  return static_cast<int>(std::min<int64_t>(2 * running, num_data_blocks));
+  return static_cast<int>(std::min<int64_t>(running, num_data_blocks));
 }
 
 KvWindowStore::KvWindowStore(int num_data_blocks, int num_window_blocks)

@@ -19,8 +19,9 @@ namespace tq {
 
 // Window blocks a serving engine needs so that running sequences never lack one: each of
 // max_num_seqs sequences covers its sink blocks and its recent window plus a block at each end,
-// and a step's new tokens (at most max_num_batched_tokens) add their blocks; as many again are
-// kept for prefix-cache hits. At most num_data_blocks.
+// and a step's new tokens (at most max_num_batched_tokens) add their blocks. At most
+// num_data_blocks (a sequence's windows cover only blocks it holds). Blocks unused at a moment
+// keep their windows for prefix-cache hits until a new block needs them.
 int window_blocks_for_serving(int sink_tokens, int recent_tokens, int block_size, int max_num_seqs,
                               int max_num_batched_tokens, int num_data_blocks);
 

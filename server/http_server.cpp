@@ -120,7 +120,8 @@ bool HttpServer::bind() {
   return true;
 }
 
-void HttpServer::attach(AsyncEngine& engine, ServedModel model, std::string kv_mode) {
+void HttpServer::attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache) {
+  config_.kv_cache = kv_cache.empty() ? kv_mode : std::move(kv_cache);
   engine_ = &engine;
   model_ = std::move(model);
   config_.kv_mode = std::move(kv_mode);
@@ -224,7 +225,7 @@ void HttpServer::install_routes() {
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", model_.name},        {"object", "model"},           {"created", started_},
               {"owned_by", "tqserve"},    {"root", model_.name},         {"max_model_len", model_.max_model_len},
-              {"kv_cache_dtype", config_.kv_mode}};
+              {"kv_cache_dtype", config_.kv_mode}, {"kv_cache", config_.kv_cache}};
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}), "application/json");
   });
 

@@ -29,7 +29,8 @@ struct ServerConfig {
   int max_num_seqs = 64;           // the engine's running limit (to size the waiting queue)
   int max_connections = 512;       // connections served at once; 503 beyond (server/http_guard.h)
   int read_timeout_seconds = 30;   // a whole request must arrive within this; 408 after
-  std::string kv_mode;  // reported in /v1/models and /metrics
+  std::string kv_mode;  // reported in /v1/models and /metrics: "tq4", "f16", "k=tq4,v=q8_0"
+  std::string kv_cache;  // reported in /v1/models: the whole layout (KvCacheShape::describe)
   RequestLimits limits;
 };
 
@@ -47,7 +48,7 @@ class HttpServer {
   // Stops accepting connections (thread-safe; the SIGINT/SIGTERM path).
   void stop();
   // The loaded model and its engine; /health answers 200 and the API opens from now on.
-  void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode);
+  void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache = {});
 
  private:
   void install_routes();

@@ -36,6 +36,11 @@ def test_models_reports_the_kv_mode(server, client):
     _, body = server.get("/v1/models")
     entry = json.loads(body)["data"][0]
     assert entry["kv_cache_dtype"] == server.mode and entry["max_model_len"] == 2048
+    # The whole layout: a quantized mode names its row formats and its full-precision windows.
+    if server.mode == "tq4":
+        assert entry["kv_cache"] == "tq4 (tq4h), full-precision windows: sink 4, recent 24, q8_0"
+    else:
+        assert entry["kv_cache"] == server.mode
 
 
 def test_chat_completion_and_its_stream_agree(client):
