@@ -6,12 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 
+#include "batch_invariance_support.h"
 #include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "errors/error.h"
@@ -168,38 +167,7 @@ TEST(EngineCore, BatchedOutputsEqualEachRequestAlone) { expect_same_as_alone(204
 TEST(EngineCore, LogitsDoNotDependOnBatchComposition) {
   TinyEngine& e = tiny();
   auto cache = e.make_cache(64);
-  const auto prompts = assorted_prompts(4);
-  std::vector<BlockTable> tables(4);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(cache->reserve(tables[i], int(prompts[i].size()) + 1));
-  // Sequence 0 alone, one token at a time.
-  std::vector<std::vector<float>> alone;
-  std::vector<float> logits;
-  for (size_t p = 0; p < prompts[0].size(); ++p) {
-    ForwardBatch b;
-    b.add(prompts[0][p], int(p), &tables[0], true);
-    e.transformer.forward(b, *cache, logits);
-    alone.push_back(logits);
-  }
-  // Sequence 0 again (same blocks, rewritten) inside batches of other sequences' chunks.
-  size_t p = 0;
-  int other_pos[4] = {0, 0, 0, 0};
-  std::mt19937 rng(3);
-  while (p < prompts[0].size()) {
-    ForwardBatch b;
-    for (int s = 1; s < 4; ++s) {
-      const int n = int(rng() % 6);
-      for (int k = 0; k < n && other_pos[s] < int(prompts[s].size()); ++k, ++other_pos[s])
-        b.add(prompts[s][other_pos[s]], other_pos[s], &tables[s], k % 2 == 0);
-    }
-    const int row = int(b.logit_rows.size());
-    b.add(prompts[0][p], int(p), &tables[0], true);
-    e.transformer.forward(b, *cache, logits);
-    const int vocab = e.model.config.vocab_size;
-    ASSERT_EQ(0, std::memcmp(logits.data() + size_t(row) * vocab, alone[p].data(), vocab * sizeof(float)))
-        << "position " << p << " in a batch of " << b.size();
-    ++p;
-  }
-  for (auto& t : tables) cache->release(t);
+  test::expect_logits_independent_of_batch(e.transformer, *cache, assorted_prompts(4), e.model.config.vocab_size, 3, 1);
 }
 
 TEST(EngineCore, ChunkedPrefillMixedWithDecodeChangesNothing) { expect_same_as_alone(7, 16, 256, false); }

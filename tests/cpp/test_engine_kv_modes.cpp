@@ -5,10 +5,9 @@
 // comes back. Prompts span several blocks so that prefix hits really happen.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
-#include <random>
 
+#include "batch_invariance_support.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
 
@@ -139,43 +138,12 @@ TEST_P(EngineKvModes, OutputsEqualEachRequestAloneBatchedChunkedPreemptedAndFrom
 }
 
 TEST_P(EngineKvModes, LogitsDoNotDependOnBatchComposition) {
-  TinyQwen3& e = qwen3();
   KvMode mode = GetParam();
   mode.windows.window_blocks = 0;  // reserve() gives every block a window block
   auto cache = make_cache(mode, 64);
   const auto ps = prompts();
-  std::vector<BlockTable> tables(4);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(cache->reserve(tables[i], int(ps[i].size()) + 1));
-  std::vector<std::vector<float>> alone;
-  std::vector<float> logits;
-  for (size_t p = 0; p < ps[0].size(); ++p) {
-    ForwardBatch b;
-    b.add(ps[0][p], int(p), &tables[0], true);
-    e.transformer.forward(b, *cache, logits);
-    alone.push_back(logits);
-  }
-  size_t p = 0;
-  int other_pos[4] = {0, 0, 0, 0};
-  std::mt19937 rng(5);
-  const int vocab = e.model.config.vocab_size;
-  while (p < ps[0].size()) {
-    ForwardBatch b;
-    for (int s = 1; s < 4; ++s) {
-      const int n = int(rng() % 6);
-      for (int k = 0; k < n && other_pos[s] < int(ps[s].size()); ++k, ++other_pos[s])
-        b.add(ps[s][other_pos[s]], other_pos[s], &tables[s], k % 2 == 0);
-    }
-    // Sequence 0 in chunks of 1-5 tokens, rewritten into the same blocks.
-    const int row = int(b.logit_rows.size());
-    const int n0 = std::min<int>(1 + int(rng() % 5), int(ps[0].size() - p));
-    for (int k = 0; k < n0; ++k) b.add(ps[0][p + k], int(p + k), &tables[0], true);
-    e.transformer.forward(b, *cache, logits);
-    for (int k = 0; k < n0; ++k)
-      ASSERT_EQ(0, std::memcmp(logits.data() + size_t(row + k) * vocab, alone[p + k].data(), vocab * sizeof(float)))
-          << "position " << p + k << " in a batch of " << b.size();
-    p += n0;
-  }
-  for (auto& t : tables) cache->release(t);
+  test::expect_logits_independent_of_batch(qwen3().transformer, *cache, {ps[0], ps[1], ps[2], ps[3]},
+                                           qwen3().model.config.vocab_size, 5, 5);
 }
 
 // window_blocks 0: one per data block; else that few, so that the engine's window store hands
