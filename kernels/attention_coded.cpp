@@ -55,8 +55,7 @@ void check_args(const CodedAttentionArgs& a) {
     fail("coded attention: exact rows from position {} need both row arrays and at most n_ctx ({})", a.exact_from,
          a.n_ctx);
   }
-  if ((a.window_k_of == nullptr) != (a.window_v_of == nullptr)) fail("coded attention: window maps come together");
-  if (a.window_k_of) {
+  if (a.windows) {
     if (a.window_k.format.dim != a.head_dim || a.window_v.format.dim != a.head_dim || !a.window_k.base ||
         !a.window_v.base)
       fail("coded attention: window rows need both sides' pages for head_dim {}", a.head_dim);
@@ -67,11 +66,13 @@ void check_args(const CodedAttentionArgs& a) {
 
 // Whether position t is read from the full-precision window pages.
 inline bool in_window(const CodedAttentionArgs& a, int t) {
-  return a.window_k_of && (t < a.coded_begin || t >= a.coded_end);
+  return a.windows && (t < a.coded_begin || t >= a.coded_end);
 }
 
+// Row `offset` of KV head g in data block `block` of these pages (through their block map).
 inline const uint8_t* row_ptr(const CodedPagedRows& rows, int32_t block, int g, int offset) {
-  return rows.base + size_t(block) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
+  const int32_t at = rows.block_map ? rows.block_map[block] : block;
+  return rows.base + size_t(at) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
 }
 
 using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
@@ -84,13 +85,7 @@ inline void load_row(const CodedAttentionArgs& a, bool key, int t, int g, RowDec
     std::copy(exact, exact + a.head_dim, out);
     return;
   }
-  if (in_window(a, t)) {
-    const CodedPagedRows& rows = key ? a.window_k : a.window_v;
-    const int32_t block = (key ? a.window_k_of : a.window_v_of)[a.block_table[t / a.block_size]];
-    decode(rows.format, row_ptr(rows, block, g, t % a.block_size), out);
-    return;
-  }
-  const CodedPagedRows& rows = key ? a.k : a.v;
+  const CodedPagedRows& rows = in_window(a, t) ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
   decode(rows.format, row_ptr(rows, a.block_table[t / a.block_size], g, t % a.block_size), out);
 }
 
@@ -101,13 +96,11 @@ inline void load_tile(const CodedAttentionArgs& a, bool key, int t0, int n, int 
   const int offset = t0 % a.block_size;
   const bool exact = a.exact_from >= 0 && t0 + n > a.exact_from;
   const bool window = in_window(a, t0);
-  const bool one_source = !a.window_k_of || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
-                                                     : t0 + n <= a.coded_end);
+  const bool one_source = !a.windows || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
+                                                  : t0 + n <= a.coded_end);
   if (!exact && one_source && offset + n <= a.block_size) {
     const CodedPagedRows& pages = window ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
-    const int32_t block = a.block_table[t0 / a.block_size];
-    const int32_t* window_of = key ? a.window_k_of : a.window_v_of;
-    decode_coded_rows_avx2(pages.format, row_ptr(pages, window ? window_of[block] : block, g, offset),
+    decode_coded_rows_avx2(pages.format, row_ptr(pages, a.block_table[t0 / a.block_size], g, offset),
                            pages.row_stride, n, rows[0], kMaxHeadDim);
     return;
   }

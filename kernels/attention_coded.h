@@ -27,6 +27,9 @@ struct CodedPagedRows {
   size_t head_stride = 0;
   size_t row_stride = 0;
   CodedRowFormat format;
+  // Optional: the rows of data block b are in block block_map[b] of these pages (window copies,
+  // kv/kv_window_store.h). Null: in block b.
+  const int32_t* block_map = nullptr;
 };
 
 struct CodedAttentionArgs {
@@ -45,13 +48,11 @@ struct CodedAttentionArgs {
   int exact_from = -1;
   const float* exact_k = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
   const float* exact_v = nullptr;  // [n_ctx - exact_from, n_kv_heads, head_dim]
-  // Optional full-precision windows (kv/kv_windows.h): with the window maps set, only positions
-  // [coded_begin, coded_end) are read from the coded pages `k` / `v`; every other position t is
-  // read from `window_k` / `window_v` (storage-space rows) in block window_k_of / window_v_of
-  // [block_table[t / block_size]], which the caller guarantees exists. Exact chunk rows, when
-  // given, come first.
-  const int32_t* window_k_of = nullptr;  // [data block id] -> window block id; both or neither
-  const int32_t* window_v_of = nullptr;
+  // Optional full-precision windows (kv/kv_windows.h): with `windows` set, only positions
+  // [coded_begin, coded_end) are read from the coded pages `k` / `v`; every other position is read
+  // from `window_k` / `window_v` (storage-space rows, usually through their block_map), which the
+  // caller guarantees hold them. Exact chunk rows, when given, come first.
+  bool windows = false;
   CodedPagedRows window_k, window_v;
   int coded_begin = 0, coded_end = 0;
   // Only KV heads [kv_head_begin, kv_head_end) (and their query heads) are computed; the rest of

@@ -156,8 +156,6 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
     check_kv_dtype(shape.windows.dtype, shape.head_dim, false);
     window_codec_.emplace(shape.windows.dtype, shape.head_dim, 0, options);
     window_store_.emplace(num_blocks, window_blocks);
-    identity_window_of_.resize(num_blocks);
-    for (int b = 0; b < num_blocks; ++b) identity_window_of_[b] = b;
   }
   if (shape.windows.sink_tokens < 0 || shape.windows.recent_tokens < 0 || shape.windows.coded_last < 0)
     fail("KV windows: sink ({}) and recent ({}) token counts cannot be negative", shape.windows.sink_tokens,
@@ -281,7 +279,7 @@ CodedPagedRows KvCache::window_k_pages(int layer) const {
   const SideLayout& s = k_window_layout_[layer];
   if (s.row_bytes == 0) return coded_k_pages(layer);
   return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        window_codec_->row_format()};
+                        window_codec_->row_format(), window_store_->window_of()};
 }
 
 CodedPagedRows KvCache::window_v_pages(int layer) const {
@@ -289,21 +287,8 @@ CodedPagedRows KvCache::window_v_pages(int layer) const {
   const SideLayout& s = v_window_layout_[layer];
   if (s.row_bytes == 0) return coded_v_pages(layer);
   return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        window_codec_->row_format()};
+                        window_codec_->row_format(), window_store_->window_of()};
 }
 
 }  // namespace tq
 
-namespace tq {
-
-const int32_t* KvCache::window_k_of(int layer) const {
-  if (!window_store_) fail("KV cache: layer {} has no window rows (windows are off)", layer);
-  return k_window_layout_[layer].row_bytes == 0 ? identity_window_of_.data() : window_store_->window_of();
-}
-
-const int32_t* KvCache::window_v_of(int layer) const {
-  if (!window_store_) fail("KV cache: layer {} has no window rows (windows are off)", layer);
-  return v_window_layout_[layer].row_bytes == 0 ? identity_window_of_.data() : window_store_->window_of();
-}
-
-}  // namespace tq

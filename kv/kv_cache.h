@@ -140,13 +140,10 @@ class KvCache {
   // Views the coded attention kernel reads (any layer).
   CodedPagedRows coded_k_pages(int layer) const;
   CodedPagedRows coded_v_pages(int layer) const;
-  // The full-precision window rows of a layer (windows.dtype in storage space), paged by window
-  // block id; an FP side's own pages, paged by data block id. Only while shape().windows.any().
+  // The full-precision window rows of a layer (windows.dtype in storage space, through the window
+  // store's block map); an FP side's own pages. Only while shape().windows.any().
   CodedPagedRows window_k_pages(int layer) const;
   CodedPagedRows window_v_pages(int layer) const;
-  // The maps from a data block to the block of its window rows in those pages.
-  const int32_t* window_k_of(int layer) const;
-  const int32_t* window_v_of(int layer) const;
   const KvRowCodec& k_codec(int layer) const { return k_codecs_[layer]; }
   const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 
@@ -170,7 +167,6 @@ class KvCache {
   std::vector<KvRowCodec> k_codecs_, v_codecs_;  // [layer]
   std::optional<KvRowCodec> window_codec_;        // codes window rows (windows on)
   std::optional<KvWindowStore> window_store_;     // windows on
-  std::vector<int32_t> identity_window_of_;       // [data block] = itself: FP sides' "window" map
   size_t k_bytes_ = 0, v_bytes_ = 0, window_bytes_ = 0;
   struct ArenaFree {
     size_t bytes;

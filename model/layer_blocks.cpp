@@ -119,8 +119,6 @@ void attend_coded(LayerContext& c, float scale) {
   const KvWindows& windows = c.cache.shape().windows;
   const CodedPagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : CodedPagedRows{};
   const CodedPagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : CodedPagedRows{};
-  const int32_t* k_window_of = windows.any() ? c.cache.window_k_of(c.layer) : nullptr;
-  const int32_t* v_window_of = windows.any() ? c.cache.window_v_of(c.layer) : nullptr;
   if (windows.any() && c.layer == 0) check_window_rows(c);
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
@@ -159,8 +157,7 @@ void attend_coded(LayerContext& c, float scale) {
       a.k = k_pages;
       a.v = v_pages;
       if (windows.any()) {  // which rows t reads at full precision depends on its position alone
-        a.window_k_of = k_window_of;
-        a.window_v_of = v_window_of;
+        a.windows = true;
         a.window_k = k_window;
         a.window_v = v_window;
         std::tie(a.coded_begin, a.coded_end) = windows.coded_range(c.batch.positions[t]);

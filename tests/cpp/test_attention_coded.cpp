@@ -603,9 +603,10 @@ TEST(CodedAttention, WindowRowsReplaceThePagesOutsideTheCodedRange) {
                             ref.data());
         const auto args = [&](float* out) {
           CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
-          a.window_k_of = a.window_v_of = window_of.data();
+          a.windows = true;
           a.window_k = w.k;
           a.window_v = w.v;
+          a.window_k.block_map = a.window_v.block_map = window_of.data();
           a.coded_begin = cb;
           a.coded_end = ce;
           if (exact_from >= 0) {
@@ -641,7 +642,7 @@ TEST(CodedAttention, WindowRowsReplaceThePagesOutsideTheCodedRange) {
   std::vector<float> q(64), out(64);
   Pages p = build_pages(64, 1, 4, 16, kTq4, kTq4, rng);
   CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
-  a.window_k_of = a.window_v_of = p.block_table.data();  // window pages missing
+  a.windows = true;  // window pages missing
   EXPECT_THROW(paged_attention_coded_scalar(a), Error);
 }
 
