@@ -115,7 +115,7 @@ std::vector<std::string> breakdown_modes(const std::vector<std::string>& modes) 
   for (const std::string& m : modes) {
     if (m.find_first_of("/@") != std::string::npos)
       fail("--breakdown takes plain dtypes (it quantizes K and V apart itself), not '{}'", m);
-    for (const std::string side : {m + "/f32", "f32/" + m})
+    for (const std::string& side : {m + "/f32", "f32/" + m})
       for (const char* range : {"@none", "@c0-4", "@c4-64", "@clast128", "@c64-+r128"}) out.push_back(side + range);
   }
   return out;

@@ -45,7 +45,7 @@ int run_info(const InfoFlags& f) {
   // The presets and the default-windowed modes as the cache flags build them: bytes per token of
   // the rows, and bits per element of one 1024-token sequence with its windows.
   nlohmann::json presets = nlohmann::json::array();
-  for (const std::string mode : {"q4_0h", "tq4", "tq3", "tq2"}) {
+  for (const char* mode : {"q4_0h", "tq4", "tq3", "tq2"}) {
     CacheOptions o;
     o.kv_cache_dtype = mode;
     KvCacheShape shape;
