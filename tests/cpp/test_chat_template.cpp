@@ -3,6 +3,8 @@
 // tests/data/chat_templates/golden.json come from tools/gen_chat_template_golden.py.
 #include <gtest/gtest.h>
 
+#include "testdata_support.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -33,7 +35,7 @@ const nlohmann::ordered_json& golden() {
 
 std::string template_source(const std::string& name) {
   const auto& location = golden().at("templates").at(name);
-  std::string root = location.at("root") == "testdata" ? TQ_TESTDATA_DIR : TQ_SOURCE_DIR;
+  std::string root = location.at("root") == "testdata" ? test::testdata_dir() : std::string(TQ_SOURCE_DIR);
   return read_file(root + "/" + location.at("path").get<std::string>());
 }
 
@@ -67,6 +69,7 @@ class ScopedFixedDate {
 };
 
 TEST(ChatTemplateGolden, MatchesTransformersByteForByte) {
+  TQ_REQUIRE_TESTDATA();
   ScopedFixedDate date(golden().at("fixed_date").get<std::string>());
   std::map<std::string, ChatTemplate> templates;
   for (const auto& [name, location] : golden().at("templates").items()) templates.emplace(name, template_source(name));
@@ -97,6 +100,7 @@ TEST(ChatTemplateGolden, MatchesTransformersByteForByte) {
 }
 
 TEST(ChatTemplateGolden, UnorderedInputsMatchWhenNoObjectIsPrinted) {
+  TQ_REQUIRE_TESTDATA();
   // nlohmann::json sorts object keys; that only shows where a template prints a whole object.
   ScopedFixedDate date(golden().at("fixed_date").get<std::string>());
   int compared = 0;

@@ -4,6 +4,8 @@
 // a crash, another exception type (bad_alloc, a JSON exception) or a huge allocation; the
 // process runs under a 4 GiB memory cap while they load (memory_cap.h).
 #include <gtest/gtest.h>
+
+#include "testdata_support.h"
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
 
@@ -26,7 +28,7 @@ using nlohmann::json;
 using Bytes = std::vector<uint8_t>;
 
 const fs::path kTiny = fs::path(TQ_SOURCE_DIR) / "tests" / "data" / "tiny";
-const fs::path kStories = fs::path(TQ_TESTDATA_DIR) / "stories260K" / "stories260K.gguf";
+const fs::path kStories = fs::path(test::testdata("stories260K/stories260K.gguf"));
 
 Bytes read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -291,6 +293,7 @@ TEST_F(CorruptGguf, OtherFilesAreNotGguf) {
 }
 
 TEST_F(CorruptModels, TruncatedRealStoriesModel) {
+  TQ_REQUIRE_TESTDATA();
   const Bytes good = read_bytes(kStories);
   ASSERT_GT(good.size(), 100000u);
   const GgufLayout layout = walk(good);

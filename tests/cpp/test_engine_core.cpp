@@ -81,6 +81,7 @@ EngineConfig config(int budget, int max_seqs, bool prefix = true) {
 }
 
 TEST(EngineCore, ReproducesLlama2cGreedyOutput) {
+  TQ_REQUIRE_TESTDATA();
   std::ifstream in(test::testdata("stories260K/llama2c_expected_greedy_t0_n200.txt"));
   std::stringstream expected;
   expected << in.rdbuf();
@@ -160,24 +161,29 @@ void expect_same_as_alone(int budget, int max_seqs, int blocks, bool expect_pree
 }
 
 // All 24 are admitted in the first step, before any block is cached: no prefix hits here.
-TEST(EngineCore, BatchedOutputsEqualEachRequestAlone) { expect_same_as_alone(2048, 64, 256, false, false); }
+TEST(EngineCore, BatchedOutputsEqualEachRequestAlone) {
+  TQ_REQUIRE_TESTDATA(); expect_same_as_alone(2048, 64, 256, false, false); }
 
 // Batch invariance at the root: a token's logits are the same bits whether it is computed alone
 // or in a batch with other sequences' tokens (prefill chunks and decode tokens).
 TEST(EngineCore, LogitsDoNotDependOnBatchComposition) {
+  TQ_REQUIRE_TESTDATA();
   TinyEngine& e = tiny();
   auto cache = e.make_cache(64);
   test::expect_logits_independent_of_batch(e.transformer, *cache, assorted_prompts(4), e.model.config.vocab_size, 3, 1);
 }
 
-TEST(EngineCore, ChunkedPrefillMixedWithDecodeChangesNothing) { expect_same_as_alone(7, 16, 256, false); }
+TEST(EngineCore, ChunkedPrefillMixedWithDecodeChangesNothing) {
+  TQ_REQUIRE_TESTDATA(); expect_same_as_alone(7, 16, 256, false); }
 
 TEST(EngineCore, RecomputePreemptionResumesWithTheSameOutput) {
+  TQ_REQUIRE_TESTDATA();
   // 12 blocks of 16 tokens for 24 requests of up to ~120 tokens: preemption is unavoidable.
   expect_same_as_alone(64, 24, 12, true);
 }
 
 TEST(EngineCore, PrefixCacheHitsAreCountedAndReused) {
+  TQ_REQUIRE_TESTDATA();
   auto cache = tiny().make_cache(64);
   EngineCore engine(tiny().transformer, *cache, tiny().model.tokenizer.get(), tiny().model.stop_ids, config(256, 4));
   const std::vector<TokenId> prompt = assorted_prompts(5)[3];  // several full blocks
@@ -197,6 +203,7 @@ TEST(EngineCore, PrefixCacheHitsAreCountedAndReused) {
 }
 
 TEST(EngineCore, AbortFreesBlocksAtOnce) {
+  TQ_REQUIRE_TESTDATA();
   auto cache = tiny().make_cache(64);
   EngineCore engine(tiny().transformer, *cache, tiny().model.tokenizer.get(), tiny().model.stop_ids, config(64, 4));
   engine.add_request(std::make_unique<Request>(7, assorted_prompts(1)[0], greedy(500)));
@@ -210,6 +217,7 @@ TEST(EngineCore, AbortFreesBlocksAtOnce) {
 }
 
 TEST(EngineCore, BadRequestsAreRejectedWithTheirProblem) {
+  TQ_REQUIRE_TESTDATA();
   auto cache = tiny().make_cache(8);  // 128 tokens
   EngineConfig cfg = config(64, 4);
   cfg.max_model_len = 100;
@@ -235,6 +243,7 @@ TEST(EngineCore, BadRequestsAreRejectedWithTheirProblem) {
 }
 
 TEST(EngineCore, PromptLogprobsEqualAPlainForwardPass) {
+  TQ_REQUIRE_TESTDATA();
   const std::vector<TokenId> prompt = assorted_prompts(3)[2];
   auto cache = tiny().make_cache(32);
   EngineCore engine(tiny().transformer, *cache, tiny().model.tokenizer.get(), tiny().model.stop_ids, config(9, 4));

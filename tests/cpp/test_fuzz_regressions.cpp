@@ -4,6 +4,8 @@
 // with the error type production code catches.
 #include <gtest/gtest.h>
 
+#include "testdata_support.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -49,7 +51,7 @@ struct RequestFixture {
   ServedModel model;
   RequestLimits limits;
   RequestFixture() {
-    const GgufFile gguf = GgufFile::open(std::string(TQ_TESTDATA_DIR) + "/stories260K/stories260K.gguf");
+    const GgufFile gguf = GgufFile::open(test::testdata("stories260K/stories260K.gguf"));
     tokenizer = Tokenizer::from_gguf(gguf);
     model.name = "fuzz-model";
     model.tokenizer = tokenizer.get();
@@ -78,6 +80,7 @@ TEST(FuzzRegressions, GgufSeedsLoadOrFailWithTqError) {
 }
 
 TEST(FuzzRegressions, RequestSeedsParseOrFailWithApiError) {
+  TQ_REQUIRE_TESTDATA();
   const RequestFixture f;
   const std::vector<fs::path> files = corpus("request");
   ASSERT_FALSE(files.empty());

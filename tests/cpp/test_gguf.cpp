@@ -1,6 +1,8 @@
 // GGUF reader: the real stories260K model and vocab-only files, files written by a small in-test
 // GGUF writer, and malformed files (truncated, corrupted) that must all fail with tq::Error.
 #include <gtest/gtest.h>
+
+#include "testdata_support.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -26,8 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kStories = std::string(TQ_TESTDATA_DIR) + "/stories260K/stories260K.gguf";
-const std::string kVocabDir = std::string(TQ_TESTDATA_DIR) + "/llama.cpp-vocab";
+const std::string kStories = test::testdata("stories260K/stories260K.gguf");
+const std::string kVocabDir = test::testdata("llama.cpp-vocab");
 
 class TempDir {
  public:
@@ -214,6 +216,7 @@ GgufSpec full_spec() {
 // --- real files ------------------------------------------------------------------------------
 
 TEST(Gguf, Stories260KMetadata) {
+  TQ_REQUIRE_TESTDATA();
   const GgufFile f = GgufFile::open(kStories);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.path(), kStories);
@@ -245,6 +248,7 @@ TEST(Gguf, Stories260KMetadata) {
 }
 
 TEST(Gguf, Stories260KTensors) {
+  TQ_REQUIRE_TESTDATA();
   const GgufFile f = GgufFile::open(kStories);
   ASSERT_EQ(f.tensors().size(), 48u);
   const TensorView* embd = f.find_tensor("token_embd.weight");
@@ -282,6 +286,7 @@ TEST(Gguf, Stories260KTensors) {
 }
 
 TEST(Gguf, VocabOnlyFiles) {
+  TQ_REQUIRE_TESTDATA();
   {
     const GgufFile f = GgufFile::open(kVocabDir + "/ggml-vocab-gpt-2.gguf");
     EXPECT_TRUE(f.tensors().empty());
@@ -540,6 +545,7 @@ TEST(Gguf, TensorDataPastEndOfFile) {
 // The real model truncated at every offset of its header and at a sample of offsets through
 // its tensor data: each must be a clean tq::Error naming the file.
 TEST(Gguf, TruncatedRealFileAlwaysFails) {
+  TQ_REQUIRE_TESTDATA();
   const GgufFile full = GgufFile::open(kStories);
   const std::vector<uint8_t> bytes = read_file(kStories);
   // The tensors fill the data section to the end of this file, so the header region is
@@ -581,6 +587,7 @@ TEST(Gguf, TruncatedRealFileAlwaysFails) {
 }
 
 TEST(Gguf, TruncatedVocabFileAlwaysFails) {
+  TQ_REQUIRE_TESTDATA();
   const std::vector<uint8_t> bytes = read_file(kVocabDir + "/ggml-vocab-llama-spm.gguf");
   // Vocab-only: the header is everything up to the (aligned) end; padding may follow it.
   TempDir dir;

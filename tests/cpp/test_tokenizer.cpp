@@ -42,6 +42,7 @@ const Tokenizer& llama_spm() {
 bool contains(const std::vector<TokenId>& ids, TokenId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
 TEST(Tokenizer, Qwen2SpecialTokensOnlyWithParseSpecial) {
+  TQ_REQUIRE_TESTDATA();
   const std::string chat = "<|im_start|>user\nhi<|im_end|>\n";
   const std::vector<TokenId> parsed = qwen2().encode(chat, true);
   ASSERT_GE(parsed.size(), 4u);
@@ -63,6 +64,7 @@ TEST(Tokenizer, Qwen2SpecialTokensOnlyWithParseSpecial) {
 }
 
 TEST(Tokenizer, UserDefinedTokensAreAlwaysSplitOut) {
+  TQ_REQUIRE_TESTDATA();
   // DeepSeek Coder: "<｜fim▁hole｜>" is user-defined (GGUF type 4), "<｜begin▁of▁sentence｜>" is control.
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-deepseek-coder.gguf"));
   const std::string hole = "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>";
@@ -79,6 +81,7 @@ TEST(Tokenizer, UserDefinedTokensAreAlwaysSplitOut) {
 }
 
 TEST(Tokenizer, LongestSpecialTokenWins) {
+  TQ_REQUIRE_TESTDATA();
   // "<|im_end|>" must not be read as a shorter token followed by text, and adjacent specials split.
   EXPECT_EQ(qwen2().encode("<|im_end|><|im_end|>", true), (std::vector<TokenId>{151645, 151645}));
   const std::vector<TokenId> partial = qwen2().encode("<|im_end|", true);
@@ -86,6 +89,7 @@ TEST(Tokenizer, LongestSpecialTokenWins) {
 }
 
 TEST(Tokenizer, EncodePromptAddsBosOnlyWhenConfigured) {
+  TQ_REQUIRE_TESTDATA();
   EXPECT_EQ(qwen2().encode_prompt("Hello", true), qwen2().encode("Hello", true));
   const std::vector<TokenId> spm = llama_spm().encode_prompt("Hello", true);
   ASSERT_FALSE(spm.empty());
@@ -94,6 +98,7 @@ TEST(Tokenizer, EncodePromptAddsBosOnlyWhenConfigured) {
 }
 
 TEST(Tokenizer, SentencePiecePrefixSpaceAndSpecials) {
+  TQ_REQUIRE_TESTDATA();
   const Tokenizer& tok = llama_spm();
   const std::vector<TokenId> hello = tok.encode("Hello", false);
   EXPECT_EQ(tok.token_text(hello.front()).substr(0, 3), "\xE2\x96\x81");  // "▁Hello"
@@ -110,6 +115,7 @@ TEST(Tokenizer, SentencePiecePrefixSpaceAndSpecials) {
 }
 
 TEST(Tokenizer, SentencePieceByteFallback) {
+  TQ_REQUIRE_TESTDATA();
   // stories260K has 512 tokens: CJK is not among them and falls back to <0xNN> byte tokens.
   const Tokenizer& tok = stories();
   const std::vector<TokenId> ids = tok.encode("\xE4\xBD\xA0", false);  // 你
@@ -120,6 +126,7 @@ TEST(Tokenizer, SentencePieceByteFallback) {
 }
 
 TEST(Tokenizer, TokenIdOutOfRangeThrows) {
+  TQ_REQUIRE_TESTDATA();
   EXPECT_THROW(gpt2().token_bytes(gpt2().vocab_size()), Error);
   EXPECT_THROW(gpt2().token_text(-1), Error);
   EXPECT_FALSE(gpt2().is_special(-1));
@@ -141,6 +148,7 @@ std::string stream_all(const Tokenizer& tok, const std::vector<TokenId>& ids, st
 }
 
 TEST(StreamDecoder, HoldsBackSplitCharactersByteLevel) {
+  TQ_REQUIRE_TESTDATA();
   const std::string text = "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x98\x80!";  // 你好世界 😀!
   const std::vector<TokenId> ids = gpt2().encode(text, false);
   ASSERT_GT(ids.size(), 6u);  // GPT-2 spells these characters with byte tokens
@@ -151,6 +159,7 @@ TEST(StreamDecoder, HoldsBackSplitCharactersByteLevel) {
 }
 
 TEST(StreamDecoder, HoldsBackSplitCharactersSentencePiece) {
+  TQ_REQUIRE_TESTDATA();
   const std::string text = "Once \xE4\xBD\xA0 upon \xF0\x9F\x98\x80 a time";
   const std::vector<TokenId> ids = stories().encode_prompt(text, false);
   std::vector<std::string> pieces;
@@ -160,6 +169,7 @@ TEST(StreamDecoder, HoldsBackSplitCharactersSentencePiece) {
 }
 
 TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
+  TQ_REQUIRE_TESTDATA();
   const Tokenizer& tok = stories();
   const TokenId e4 = *tok.find_token("<0xE4>");
   const TokenId bd = *tok.find_token("<0xBD>");
@@ -181,6 +191,7 @@ TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
 }
 
 TEST(StreamDecoder, SkipsSpecialTokens) {
+  TQ_REQUIRE_TESTDATA();
   StreamDecoder d(qwen2());
   std::string text;
   for (TokenId id : qwen2().encode("<|im_start|>assistant\nHi!<|im_end|>", true)) text += d.push(id);

@@ -52,6 +52,7 @@ int check_corpus(const Tokenizer& tok, const std::string& name, bool round_trip)
 TEST(TokenizerCorpus, HasEnoughVariedStrings) { EXPECT_GE(corpus()["cases"].size(), 300u); }
 
 TEST(TokenizerCorpus, Qwen2) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = Tokenizer::from_hf_dir(test::testdata("qwen2-tokenizer"));
   EXPECT_EQ(check_corpus(*tok, "qwen2", false), 0);
 }
@@ -63,6 +64,7 @@ TEST(TokenizerCorpus, SmolLm2) {
 }
 
 TEST(TokenizerCorpus, Stories260K) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(test::testdata("stories260K/stories260K.gguf"));
   EXPECT_EQ(check_corpus(*tok, "stories260K", true), 0);
 }

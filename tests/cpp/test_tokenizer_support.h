@@ -15,11 +15,11 @@
 #include "errors/error.h"
 #include "io/gguf.h"
 #include "model/loader.h"
+#include "testdata_support.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tq::test {
 
-inline std::string testdata(const std::string& relative) { return std::string(TQ_TESTDATA_DIR) + "/" + relative; }
 
 inline std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path) {
   const GgufFile gguf = GgufFile::open(path);

@@ -76,6 +76,7 @@ int check_vocab_cases(const Tokenizer& tok, const std::string& name, bool check_
 }
 
 TEST(TokenizerVectors, Qwen2FromVocabJsonAndMerges) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = Tokenizer::from_hf_dir(testdata("qwen2-tokenizer"));
   // NFC changes some inputs, so decoding does not always give them back.
   EXPECT_EQ(check_vocab_cases(*tok, "qwen2", false), 0);
@@ -133,6 +134,7 @@ void write_qwen2_tokenizer_json(const std::filesystem::path& dir, bool array_mer
 }
 
 TEST(TokenizerVectors, Qwen2FromTokenizerJson) {
+  TQ_REQUIRE_TESTDATA();
   for (bool array_merges : {false, true}) {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("tq_qwen2_tokenizer_json_" + std::to_string(::getpid()) + (array_merges ? "_array" : "_string"));
@@ -145,11 +147,13 @@ TEST(TokenizerVectors, Qwen2FromTokenizerJson) {
 }
 
 TEST(TokenizerVectors, Gpt2Gguf) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-gpt-2.gguf"));
   EXPECT_EQ(check_vocab_cases(*tok, "gpt-2", true), 0);
 }
 
 TEST(TokenizerVectors, DeepseekLlmGguf) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-deepseek-llm.gguf"));
   EXPECT_EQ(check_vocab_cases(*tok, "deepseek-llm", true), 0);
   EXPECT_EQ(tok->special().bos, 100000);
@@ -157,11 +161,13 @@ TEST(TokenizerVectors, DeepseekLlmGguf) {
 }
 
 TEST(TokenizerVectors, DeepseekCoderGguf) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-deepseek-coder.gguf"));
   EXPECT_EQ(check_vocab_cases(*tok, "deepseek-coder", true), 0);
 }
 
 TEST(TokenizerVectors, LlamaSpmGguf) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-llama-spm.gguf"));
   EXPECT_EQ(check_vocab_cases(*tok, "llama-spm", true), 0);
   EXPECT_EQ(tok->special().bos, 1);
@@ -172,6 +178,7 @@ TEST(TokenizerVectors, LlamaSpmGguf) {
 
 // Hugging Face GPT-2 ids of 36 multilingual / emoji / maths strings.
 TEST(TokenizerVectors, HfGpt2References) {
+  TQ_REQUIRE_TESTDATA();
   auto tok = test::load_gguf_tokenizer(testdata("llama.cpp-vocab/ggml-vocab-gpt-2.gguf"));
   const auto refs = nlohmann::json::parse(read_all(testdata("references/hf_gpt2.json")));
   ASSERT_EQ(refs.size(), 36u);
@@ -188,6 +195,7 @@ TEST(TokenizerVectors, HfGpt2References) {
 // SmolLM2-135M-Instruct reference prompts: the input ids are the raw text encoded without BOS
 // (SmolLM2 sets add_bos_token = false) and without a chat template.
 TEST(TokenizerVectors, SmolLm2ReferencePrompts) {
+  TQ_REQUIRE_TESTDATA();
   TQ_REQUIRE_SMOLLM2_GGUF(gguf);
   auto tok = test::load_gguf_tokenizer(gguf);
   EXPECT_FALSE(tok->special().add_bos);

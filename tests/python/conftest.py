@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TESTDATA = REPO.parent / "shared" / "testdata"
+# The shared test data beside the clone ($TQ_TESTDATA_DIR overrides); tests that need it skip
+# without it (the `testdata` fixture, or `stories260k`).
+TESTDATA = Path(os.environ.get("TQ_TESTDATA_DIR") or REPO.parent / "shared" / "testdata")
 BINARY = Path(os.environ.get("TQSERVE_BIN", REPO / "build" / "tqserve"))
 
 
@@ -45,8 +47,15 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
-def stories260k():
-    return TESTDATA / "stories260K" / "stories260K.gguf"
+def testdata():
+    if not TESTDATA.is_dir():
+        pytest.skip(f"needs the shared test data, not found at {TESTDATA}")
+    return TESTDATA
+
+
+@pytest.fixture(scope="session")
+def stories260k(testdata):
+    return testdata / "stories260K" / "stories260K.gguf"
 
 
 def generate_json(tqserve, *args):

@@ -1,11 +1,11 @@
 """End-to-end behaviour of the tqserve executable: generation, tokenization, info, chat, errors."""
 import json
 
-from conftest import REPO, TESTDATA, generate_json
+from conftest import REPO, generate_json
 
 
-def test_stories260k_greedy_matches_llama2c(tqserve, stories260k):
-    expected = (TESTDATA / "stories260K" / "llama2c_expected_greedy_t0_n200.txt").read_text()
+def test_stories260k_greedy_matches_llama2c(tqserve, stories260k, testdata):
+    expected = (testdata / "stories260K" / "llama2c_expected_greedy_t0_n200.txt").read_text()
     # llama2.c: 200 greedy tokens from BOS (the GGUF gives EOS = 1, which llama2.c also stops on).
     out = generate_json(tqserve, "--model", stories260k, "--prompt-ids", "1", "--temperature", "0",
                         "--max-tokens", "200", "--kv-cache-dtype", "f32")
@@ -71,8 +71,8 @@ def test_default_model_is_found_without_model_flag(tqserve):
     assert info["path"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_smollm2_reference_input_ids(tqserve, smollm2, tmp_path):
-    ref = json.loads((TESTDATA / "references" / "smollm2-135m-instruct-reference.json").read_text())
+def test_smollm2_reference_input_ids(tqserve, smollm2, tmp_path, testdata):
+    ref = json.loads((testdata / "references" / "smollm2-135m-instruct-reference.json").read_text())
     inputs = tmp_path / "prompts.jsonl"
     inputs.write_text("".join(json.dumps(p["text"]) + "\n" for p in ref["prompts"]))
     lines = tqserve("tokenize", "--model", smollm2, "--jsonl", inputs).stdout.strip().splitlines()
