@@ -89,8 +89,9 @@ int run_bench_decode(const BenchDecodeFlags& f) {
     co.kv_cache_dtype_k.clear();
     co.kv_cache_dtype_v.clear();
     co.max_model_len = total;
-    auto cache = make_cache(co, cache_shape_for(co, c), (total + co.block_size - 1) / co.block_size, model,
-                            m.tokenizer.get());
+    std::optional<KvCalibration> calibration;
+    auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
+                            (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);
     BlockTable table;
     if (!cache->reserve(table, total)) fail("bench decode: the KV cache cannot hold {} tokens", total);
     int position = 0;

@@ -185,9 +185,11 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 // needs it).
 CacheFactory factory(const CacheOptions& base, Session& s) {
   auto calibration = std::make_shared<std::optional<KvCalibration>>();
-  return [&base, &s, calibration](const std::string& mode, int blocks) {
+  auto auto_measurement = std::make_shared<std::optional<KvAutoMeasurement>>();
+  return [&base, &s, calibration, auto_measurement](const std::string& mode, int blocks) {
     const EvalMode m = mode_options(base, mode);
-    KvCacheShape shape = cache_shape_for(m.options, s.model.config);
+    KvCacheShape shape = resolve_cache_shape(m.options, s.model.config, *s.transformer, s.model.tokenizer.get(),
+                                             calibration.get(), auto_measurement.get());
     if (m.windows) shape.windows = *m.windows;
     return make_cache(m.options, shape, blocks, *s.transformer, s.model.tokenizer.get(), calibration.get());
   };

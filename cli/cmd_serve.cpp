@@ -108,7 +108,8 @@ int run_serve(ServeFlags& f) {
     session->max_model_len = resolve_max_model_len(f.cache, c);
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
 
-    KvCacheShape shape = cache_shape_for(f.cache, c);
+    std::optional<KvCalibration> calibration;
+    KvCacheShape shape = resolve_cache_shape(f.cache, c, *session->transformer, session->model.tokenizer.get(), &calibration);
     KvSizing sizing;
     sizing.bytes_per_block = shape.bytes_per_block();
     sizing.block_size = shape.block_size;
@@ -141,7 +142,6 @@ int run_serve(ServeFlags& f) {
     }
     CacheOptions co = f.cache;
     co.log_cache = false;
-    std::optional<KvCalibration> calibration;
     std::vector<std::string> retries;
     cache = allocate_kv_cache(
         sizing,
@@ -174,7 +174,7 @@ int run_serve(ServeFlags& f) {
   served.chat_template = session->model.chat_template;
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
-  server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe());
+  server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe(), cache->shape().layer_modes());
   std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
 
   http_thread.join();  // returns after a signal stopped the server and in-flight requests ended

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "errors/error.h"
+#include "eval/kv_auto.h"
 #include "kv/kv_presets.h"
 
 namespace tq {
@@ -120,12 +121,22 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
   shape.head_dim = c.head_dim;
   shape.block_size = o.block_size;
   const std::optional<KvPreset> preset = find_kv_preset(o.kv_cache_dtype);
+  const std::optional<double> auto_budget = parse_kv_auto(o.kv_cache_dtype);
   KvDtype k = KvDtype::F16, v = KvDtype::F16;
   if (preset) {
     k = preset->k, v = preset->v;
+  } else if (auto_budget) {
+    // Per-layer dtypes come from resolve_cache_shape(); tq4h stands for them until then (it
+    // turns the windows on, as every candidate below q8_0 does).
+    if (!o.kv_cache_dtype_k.empty() || !o.kv_cache_dtype_v.empty())
+      fail("--kv-cache-dtype {} chooses K and V per layer; drop --kv-cache-dtype-k/-v", o.kv_cache_dtype);
+    k = v = KvDtype::TQ4H;
+    shape.preset = fmt::format("auto:{:g}", *auto_budget);
   } else {
     const auto d = parse_kv_dtype(o.kv_cache_dtype);
-    if (!d) fail("--kv-cache-dtype '{}' is not a preset ({}) or one of: {}", o.kv_cache_dtype, kv_preset_names(), kv_dtype_choices());
+    if (!d)
+      fail("--kv-cache-dtype '{}' is not a preset ({}), auto[:KLD] or one of: {}", o.kv_cache_dtype, kv_preset_names(),
+           kv_dtype_choices());
     k = v = *d;
   }
   if (preset && o.kv_cache_dtype_k.empty() && o.kv_cache_dtype_v.empty()) shape.preset = preset->name;
@@ -168,36 +179,86 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   return q;
 }
 
+namespace {
+// Whether any layer stores its K (V) side with a dtype for which `pred` holds.
+template <class Pred>
+bool any_layer(const KvCacheShape& shape, bool keys, Pred pred) {
+  for (int l = 0; l < shape.num_layers; ++l)
+    if (pred(keys ? shape.k_dtype_of(l) : shape.v_dtype_of(l))) return true;
+  return false;
+}
+
+std::vector<TokenId> calibration_ids(const CacheOptions& o, const Tokenizer* tokenizer) {
+  if (!tokenizer) fail("tq modes need the model's tokenizer to calibrate the cache (or --tq-keys plain without split modes)");
+  std::ifstream in(o.calibration_file, std::ios::binary);
+  if (!in) fail("cannot read the KV calibration text '{}' (--kv-calibration-file)", o.calibration_file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return tokenizer->encode_prompt(text, false);
+}
+}  // namespace
+
 std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
                                     Transformer& model, const Tokenizer* tokenizer,
                                     std::optional<KvCalibration>* reuse) {
   const KvQuantOptions q = quant_options_for(o);
-  const bool split = kv_dtype_is_split(shape.k_dtype) || kv_dtype_is_split(shape.v_dtype);
-  const bool tq = kv_dtype_is_tq(shape.k_dtype) || kv_dtype_is_tq(shape.v_dtype);
+  auto either = [&](auto pred) { return any_layer(shape, true, pred) || any_layer(shape, false, pred); };
+  const bool split = either(kv_dtype_is_split);
+  const bool tq = either(kv_dtype_is_tq);
   const bool affine = q.center_keys || q.scale_keys || q.center_values;
+  const bool channels = either(kv_dtype_is_channel_bits);
   std::optional<KvCalibration> local;
   std::optional<KvCalibration>& calibrated = reuse ? *reuse : local;
-  if ((split || (tq && affine)) && !calibrated) {
-    if (!tokenizer) fail("tq modes need the model's tokenizer to calibrate the cache (or --tq-keys plain without split modes)");
-    std::ifstream in(o.calibration_file, std::ios::binary);
-    if (!in) fail("cannot read the KV calibration text '{}' (--kv-calibration-file)", o.calibration_file);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A reused calibration without spectra is redone with them (the affine maps and outlier
+  // channels come out the same: they use the text's first max_tokens either way).
+  if ((split || (tq && affine) || channels) && (!calibrated || (channels && calibrated->k_spectra.empty()))) {
     KvCalibrationOptions co;
     co.center_keys = q.center_keys;
     co.scale_keys = q.scale_keys;
     co.center_values = q.center_values;
-    calibrated = calibrate_kv(model, tokenizer->encode_prompt(text, false), co);
+    co.channel_spectra = channels;
+    calibrated = calibrate_kv(model, calibration_ids(o, tokenizer), co);
   }
   const KvCalibration cal = calibrated.value_or(KvCalibration{});
-  // Affine maps only for TurboQuant sides; the q8_0 / q4_0 / q4_0h baselines stay as llama.cpp
-  // has them.
+  // Affine maps only for TurboQuant sides (KvCache gives them to the layers stored as tq); the
+  // q8_0 / q4_0 / q4_0h baselines stay as llama.cpp has them.
   KvAffine affine_maps;
-  if (kv_dtype_is_tq(shape.k_dtype)) {
+  if (any_layer(shape, true, kv_dtype_is_tq)) {
     affine_maps.k_mean = cal.affine.k_mean;
     affine_maps.k_scale = cal.affine.k_scale;
   }
-  if (kv_dtype_is_tq(shape.v_dtype)) affine_maps.v_mean = cal.affine.v_mean;
-  return std::make_unique<KvCache>(shape, num_blocks, q, cal.outliers, affine_maps);
+  if (any_layer(shape, false, kv_dtype_is_tq)) affine_maps.v_mean = cal.affine.v_mean;
+  KvChannelCodings codings;
+  const int k_bits = kv_dtype_tq_bits(shape.k_dtype).first, v_bits = kv_dtype_tq_bits(shape.v_dtype).first;
+  if (kv_dtype_is_channel_bits(shape.k_dtype)) codings.k = channel_codings(cal.k_spectra, k_bits);
+  if (kv_dtype_is_channel_bits(shape.v_dtype)) codings.v = channel_codings(cal.v_spectra, v_bits);
+  return std::make_unique<KvCache>(shape, num_blocks, q, cal.outliers, affine_maps, codings);
+}
+
+KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Transformer& model,
+                                 const Tokenizer* tokenizer, std::optional<KvCalibration>* reuse,
+                                 std::optional<KvAutoMeasurement>* reuse_auto) {
+  KvCacheShape shape = cache_shape_for(o, c);
+  const std::optional<double> budget = parse_kv_auto(o.kv_cache_dtype);
+  if (!budget) return shape;
+  std::optional<KvCalibration> local;
+  std::optional<KvCalibration>& calibrated = reuse ? *reuse : local;
+  std::optional<KvAutoMeasurement> local_auto;
+  std::optional<KvAutoMeasurement>& measured = reuse_auto ? *reuse_auto : local_auto;
+  if (!measured) {
+    const auto factory = [&](const KvCacheShape& s, int blocks) { return make_cache(o, s, blocks, model, tokenizer, &calibrated); };
+    measured = measure_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, KvAutoOptions{}, [](const std::string& p) {
+      std::fprintf(stderr, "\r%s", p.c_str());
+    });
+    std::fprintf(stderr, "\n");
+  }
+  const KvAutoChoice choice = select_kv_layers(*measured, shape, *budget);
+  shape.k_layers = choice.k;
+  shape.v_layers = choice.v;
+  std::string layers;
+  for (const std::string& m : shape.layer_modes()) layers += (layers.empty() ? "" : " ") + m;
+  std::fprintf(stderr, "KV auto: predicted KLD %.4f %s %g on the calibration text; layers (k/v): %s\n",
+               choice.predicted_kld, choice.predicted_kld <= *budget ? "within" : "OVER", *budget, layers.c_str());
+  return shape;
 }
 
 std::string describe_cache(const KvCache& cache) {
@@ -223,10 +284,11 @@ std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions
   s.model = load_model_for_cli(mo);
   const ModelConfig& c = s.model.config;
   s.max_model_len = resolve_max_model_len(co, c);
-  const KvCacheShape shape = cache_shape_for(co, c);
   const int blocks = (s.max_model_len + co.block_size - 1) / co.block_size;
   s.transformer = std::make_unique<Transformer>(s.model.config, s.model.weights);
-  s.cache = make_cache(co, shape, blocks, *s.transformer, s.model.tokenizer.get());
+  std::optional<KvCalibration> calibration;
+  const KvCacheShape shape = resolve_cache_shape(co, c, *s.transformer, s.model.tokenizer.get(), &calibration);
+  s.cache = make_cache(co, shape, blocks, *s.transformer, s.model.tokenizer.get(), &calibration);
   if (co.log_cache) std::fprintf(stderr, "%s\n", describe_cache(*s.cache).c_str());
   return session;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/kv_calibration.h"
+#include "eval/kv_auto.h"
 #include "kv/kv_cache.h"
 #include "model/loader.h"
 #include "model/transformer.h"
@@ -46,7 +47,8 @@ struct CacheOptions {
 void add_model_options(CLI::App* cmd, ModelOptions& o);
 void add_cache_options(CLI::App* cmd, CacheOptions& o);
 
-// The cache layout and quantizer settings the flags ask for; fails with the valid choices.
+// The cache layout and quantizer settings the flags ask for; fails with the valid choices. For
+// `--kv-cache-dtype auto[:KLD]` the per-layer dtypes are left to resolve_cache_shape().
 KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c);
 KvQuantOptions quant_options_for(const CacheOptions& o);
 // "KV cache: tq4, 512 blocks of 16 tokens (8192 tokens), 13.5 MiB, 1728 bytes/token"
@@ -57,6 +59,14 @@ std::string describe_cache(const KvCache& cache);
 std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
                                     Transformer& model, const Tokenizer* tokenizer,
                                     std::optional<KvCalibration>* reuse = nullptr);
+
+// cache_shape_for(), and for `auto[:KLD]` each layer's K and V dtype chosen on the calibration
+// text (eval/kv_auto.h; prints the progress and the prediction to stderr). `reuse` as for
+// make_cache(); `reuse_auto` keeps the (budget-independent) measurement across calls with the
+// same calibration and window flags (eval's modes).
+KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Transformer& model,
+                                 const Tokenizer* tokenizer, std::optional<KvCalibration>* reuse = nullptr,
+                                 std::optional<KvAutoMeasurement>* reuse_auto = nullptr);
 
 // --max-model-len, or the model's context capped at 8192; fails when it exceeds the model's.
 int resolve_max_model_len(const CacheOptions& o, const ModelConfig& c);

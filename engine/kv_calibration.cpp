@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "errors/error.h"
+#include "kv/kv_presets.h"
 
 namespace tq {
 
@@ -80,9 +81,76 @@ std::vector<float> key_scale(const std::vector<double>& key_var, const std::vect
   return s;
 }
 
+std::vector<ChannelCoding> channel_codings(const std::vector<std::vector<ChannelSpectrum>>& spectra, int bits) {
+  std::vector<ChannelCoding> out;
+  for (const std::vector<ChannelSpectrum>& layer : spectra) out.push_back(channel_coding(layer, bits));
+  return out;
+}
+
+namespace {
+
+// Channel spectra of one layer. rows_k, rows_v: [n][H*d] as the quantizer sees them (affine map
+// applied); queries: [n][num_heads*d] times the key scale. Key rows are weighted by the attention
+// they get while coded: for every 4th query position t, softmax(q_t . k_s / sqrt(d)) over s <= t,
+// counting only rows outside the default windows (s >= sink, s <= t - recent).
+void layer_spectra(const std::vector<float>& rows_k, const std::vector<float>& rows_v, const std::vector<float>& queries,
+                   int n, int H, int num_heads, int d, std::vector<ChannelSpectrum>& k_out,
+                   std::vector<ChannelSpectrum>& v_out) {
+  const int group = num_heads / H;
+  const KvWindows w = default_kv_windows();
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+  const size_t dd = size_t(d) * d;
+  for (int h = 0; h < H; ++h) {
+    std::vector<double> attention(n, 0.0), qm(dd, 0.0);
+    std::vector<float> score(n);
+    for (int g = 0; g < group; ++g) {
+      const int qh = h * group + g;
+      for (int t = 0; t < n; ++t) {
+        const float* q = &queries[(size_t(t) * num_heads + qh) * d];
+        for (int i = 0; i < d; ++i)
+          for (int j = 0; j < d; ++j) qm[size_t(i) * d + j] += double(q[i]) * q[j];
+        if (t % 4 != 0) continue;
+        float top = -INFINITY;
+        for (int s2 = 0; s2 <= t; ++s2) {
+          const float* k = &rows_k[(size_t(s2) * H + h) * d];
+          float dot = 0.0f;
+          for (int j = 0; j < d; ++j) dot += q[j] * k[j];
+          score[s2] = dot * inv_sqrt_d;
+          top = std::max(top, score[s2]);
+        }
+        double total = 0.0;
+        for (int s2 = 0; s2 <= t; ++s2) total += std::exp(double(score[s2] - top));
+        for (int s2 = w.sink_tokens; s2 <= t - w.recent_tokens; ++s2) attention[s2] += std::exp(double(score[s2] - top)) / total;
+      }
+    }
+    std::vector<double> kc(dd, 0.0), vc(dd, 0.0);
+    double weight = 0.0;
+    for (int t = 0; t < n; ++t) {
+      const float* k = &rows_k[(size_t(t) * H + h) * d];
+      const float* v = &rows_v[(size_t(t) * H + h) * d];
+      weight += attention[t];
+      for (int i = 0; i < d; ++i)
+        for (int j = 0; j < d; ++j) {
+          kc[size_t(i) * d + j] += attention[t] * k[i] * k[j];
+          vc[size_t(i) * d + j] += double(v[i]) * v[j] / n;
+        }
+    }
+    if (!(weight > 0.0)) fail("KV calibration: no key row outside the windows got attention (text too short?)");
+    for (double& x : kc) x /= weight;
+    for (double& x : qm) x /= double(n) * group;
+    k_out.push_back(channel_spectrum(kc, qm, d));
+    v_out.push_back(channel_spectrum(vc, {}, d));
+  }
+}
+
+}  // namespace
+
 KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, const KvCalibrationOptions& o) {
   const ModelConfig& c = model.config();
+  // n: the affine maps' and outlier channels' tokens; n_run: those the model runs (more when the
+  // channel spectra want more).
   const int n = std::min<int>(static_cast<int>(ids.size()), o.max_tokens);
+  const int n_run = o.channel_spectra ? std::max(n, std::min<int>(static_cast<int>(ids.size()), o.channel_tokens)) : n;
   if (n < 16) fail("KV calibration needs at least 16 tokens of text, got {}", n);
   const int d = c.head_dim, H = c.num_kv_heads, group = c.num_heads / c.num_kv_heads;
   KvCacheShape shape;
@@ -90,13 +158,17 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
   shape.num_kv_heads = H;
   shape.head_dim = d;
   shape.k_dtype = shape.v_dtype = KvDtype::F32;
-  KvCache cache(shape, (n + 15) / 16);
+  KvCache cache(shape, (n_run + 15) / 16);
   BlockTable table;
-  if (!cache.reserve(table, n)) fail("KV calibration: cannot reserve {} tokens", n);
+  if (!cache.reserve(table, n_run)) fail("KV calibration: cannot reserve {} tokens", n_run);
   // Query energy per layer, KV head and channel, summed over the head's query group.
   std::vector<std::vector<std::vector<double>>> q_energy(c.num_layers, std::vector<std::vector<double>>(H, std::vector<double>(d)));
+  // Channel spectra: every query, [layer][position][num_heads*d] (positions in forward order).
+  std::vector<std::vector<float>> all_queries(o.channel_spectra ? c.num_layers : 0);
+  int chunk_start = 0;
   model.set_attention_observer([&](int layer, int T, const float* q, const float*) {
-    for (int t = 0; t < T; ++t)
+    if (o.channel_spectra) all_queries[layer].insert(all_queries[layer].end(), q, q + size_t(T) * c.num_heads * d);
+    for (int t = 0; t < std::min(T, n - chunk_start); ++t)
       for (int h = 0; h < c.num_heads; ++h)
         for (int j = 0; j < d; ++j) {
           const double v = q[(size_t(t) * c.num_heads + h) * d + j];
@@ -106,9 +178,10 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
   std::vector<float> logits;
   constexpr int kChunk = 256;
   try {
-    for (int start = 0; start < n; start += kChunk) {
+    for (int start = 0; start < n_run; start += kChunk) {
       ForwardBatch batch;
-      for (int i = start; i < std::min(n, start + kChunk); ++i) batch.add(ids[i], i, &table, false);
+      chunk_start = start;
+      for (int i = start; i < std::min(n_run, start + kChunk); ++i) batch.add(ids[i], i, &table, false);
       model.forward(batch, cache, logits);
     }
   } catch (...) {
@@ -156,6 +229,30 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
       if (o.scale_keys) cal.affine.k_scale[l].push_back(std::move(sc));
       cal.outliers.k_order[l].push_back(outlier_order(ke, /*pairs=*/true, c.rope_pairing));
       cal.outliers.v_order[l].push_back(outlier_order(ve, /*pairs=*/false, c.rope_pairing));
+    }
+  }
+  if (o.channel_spectra) {
+    cal.k_spectra.resize(c.num_layers);
+    cal.v_spectra.resize(c.num_layers);
+    std::vector<float> rows_k(size_t(n_run) * H * d), rows_v(rows_k.size());
+    for (int l = 0; l < c.num_layers; ++l) {
+      for (int t = 0; t < n_run; ++t) {
+        cache.read(l, table, t, k.data(), v.data());
+        for (int h = 0; h < H; ++h)
+          for (int j = 0; j < d; ++j) {
+            const size_t at = (size_t(t) * H + h) * d + j;
+            const float mk = o.center_keys ? cal.affine.k_mean[l][h][j] : 0.0f;
+            const float sk = o.scale_keys ? cal.affine.k_scale[l][h][j] : 1.0f;
+            const float mv = o.center_values ? cal.affine.v_mean[l][h][j] : 0.0f;
+            rows_k[at] = (k[h * d + j] - mk) / sk;
+            rows_v[at] = v[h * d + j] - mv;
+          }
+      }
+      std::vector<float>& q = all_queries[l];
+      if (o.scale_keys)
+        for (size_t i = 0; i < q.size(); ++i) q[i] *= cal.affine.k_scale[l][(i / d) % c.num_heads / group][i % d];
+      layer_spectra(rows_k, rows_v, q, n_run, H, c.num_heads, d, cal.k_spectra[l], cal.v_spectra[l]);
+      std::vector<float>().swap(q);
     }
   }
   if (!o.center_keys) cal.affine.k_mean.clear();

@@ -27,17 +27,28 @@ inline constexpr const char* kDefaultCalibrationFile = "/usr/share/common-licens
 struct KvCalibration {
   KvAffine affine;            // what was asked for (empty vectors otherwise)
   OutlierPartition outliers;  // channels ranked by the energy of the rows the quantizer will see
+  // Channel-bit dtypes (quant/channel_bits.h), when asked: per layer and KV head, the principal
+  // axes of the rows the quantizer will see (after the affine map). Keys: each row weighted by
+  // the attention the calibration text's queries pay it while it is coded (outside the default
+  // windows), the axes ranked with the query energy along them; values: plain second moment.
+  std::vector<std::vector<ChannelSpectrum>> k_spectra, v_spectra;  // [layer][kv head]
 };
 
 struct KvCalibrationOptions {
   bool center_keys = true;
   bool scale_keys = false;
   bool center_values = false;
-  int max_tokens = 512;
+  int max_tokens = 512;       // tokens for the affine maps and outlier channels
+  bool channel_spectra = false;
+  int channel_tokens = 1024;  // tokens for the channel spectra (fewer measured worse, docs/FIDELITY.md)
 };
 
-// Runs `ids` (its first max_tokens) through the model with an f32 cache, observing post-RoPE
-// queries and keys, and derives the cache's affine maps and outlier channels.
+// Per layer, the codings a channel-bit side at `bits` uses (empty spectra: empty result).
+std::vector<ChannelCoding> channel_codings(const std::vector<std::vector<ChannelSpectrum>>& spectra, int bits);
+
+// Runs `ids` (its first max_tokens, or channel_tokens when spectra are asked and that is more)
+// through the model with an f32 cache, observing post-RoPE queries and keys, and derives the
+// cache's affine maps, outlier channels and, when asked, channel spectra.
 KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, const KvCalibrationOptions& options);
 
 // The key scale of one KV head from per-channel key variance and query energy (both averaged

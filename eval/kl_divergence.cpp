@@ -8,10 +8,7 @@
 #include "errors/error.h"
 
 namespace tq {
-namespace {
 
-// Runs one window through `cache` and returns the log-softmax of every scored position:
-// [n_scored, vocab], scored = positions [ctx/2, ctx - 1).
 std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk) {
   const int vocab = model.config().vocab_size;
   const int first = ctx / 2, n_scored = ctx - 1 - first;
@@ -42,6 +39,25 @@ std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const To
   }
   return out;
 }
+
+double mean_kld(const std::vector<float>& ref, const std::vector<float>& got, int vocab) {
+  const int rows = static_cast<int>(ref.size() / vocab);
+  if (rows == 0 || got.size() != ref.size()) fail("mean_kld: {} and {} log-probabilities", ref.size(), got.size());
+  std::vector<double> per_row(rows);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    const float* a = ref.data() + size_t(r) * vocab;
+    const float* b = got.data() + size_t(r) * vocab;
+    double kl = 0;
+    for (int i = 0; i < vocab; ++i) kl += std::exp(double(a[i])) * (double(a[i]) - b[i]);
+    per_row[r] = std::max(0.0, kl);
+  }
+  double sum = 0;
+  for (double v : per_row) sum += v;
+  return sum / rows;
+}
+
+namespace {
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

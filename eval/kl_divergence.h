@@ -39,6 +39,12 @@ struct KlEvalOptions {
   int max_windows = 0;  // 0: every full window of the text
 };
 
+// Runs one window of `ctx` tokens through `cache` (prefill chunks of `chunk`) and returns the
+// log-softmax of every scored position: [n_scored, vocab], scored = positions [ctx/2, ctx - 1).
+std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk);
+// Mean over positions of KL(ref || got), both [positions, vocab] log-probabilities.
+double mean_kld(const std::vector<float>& ref, const std::vector<float>& got, int vocab);
+
 // Builds a cache of the given mode with room for `num_blocks` blocks.
 using CacheFactory = std::function<std::unique_ptr<KvCache>(const std::string& mode, int num_blocks)>;
 

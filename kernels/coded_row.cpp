@@ -1,5 +1,6 @@
 #include "kernels/coded_row.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "errors/error.h"
@@ -49,6 +50,23 @@ void decode_tq_scalar(const uint8_t* codes, int dim, int bits, const float* leve
   for (int j = 0; j < dim; ++j) out[j] = levels[idx[j]] * scale;
 }
 
+// One channel-bit part: out[j] = levels[idx_j] * scale, or 0 for a 0-bit part.
+void decode_channel_part_scalar(const uint8_t* codes, int dim, int bits, const float* levels, float scale, float* out) {
+  if (bits == 0) {
+    std::fill(out, out + dim, 0.0f);
+    return;
+  }
+  uint8_t idx[kMaxDim];
+  unpack_channel_part(codes, dim, bits, idx);
+  for (int j = 0; j < dim; ++j) out[j] = levels[idx[j]] * scale;
+}
+
+size_t channel_codes_bytes(const CodedRowFormat& f) {
+  size_t bytes = 0;
+  for (int p = 0; p < f.parts; ++p) bytes += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
+  return bytes;
+}
+
 }  // namespace
 
 void check_coded_row_format(const CodedRowFormat& f) {
@@ -70,6 +88,17 @@ void check_coded_row_format(const CodedRowFormat& f) {
       check_tq_split_row_shape(f.dim, f.bits, f.bits_lo);
       if (!f.levels || !f.levels_lo) fail("TurboQuant split KV rows need both codebooks");
       return;
+    case RowCodec::TQ_CHANNELS: {
+      if (f.parts < 1 || f.parts > kMaxChannelParts) fail("channel-bit KV rows need 1..{} parts, got {}", kMaxChannelParts, f.parts);
+      int total = 0;
+      for (int p = 0; p < f.parts; ++p) {
+        check_channel_part_shape(f.part_dims[p], f.part_bits[p]);
+        if (f.part_bits[p] > 0 && !f.part_levels[p]) fail("channel-bit KV rows need levels for their {}-bit part", f.part_bits[p]);
+        total += f.part_dims[p];
+      }
+      if (total != f.dim) fail("channel-bit KV row parts cover {} coordinates, head_dim is {}", total, f.dim);
+      return;
+    }
   }
   fail("unknown KV row codec {}", int(f.codec));
 }
@@ -83,6 +112,7 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::Q4_0: return size_t(f.dim / kBlock) * kQ4Bytes;
     case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits) - (f.f16_scale ? 2 : 0);
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
+    case RowCodec::TQ_CHANNELS: return channel_codes_bytes(f) + 2;
   }
   return 0;
 }
@@ -117,6 +147,14 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
       const size_t hi_bytes = codes_bytes(h, f.bits), codes = hi_bytes + codes_bytes(h, f.bits_lo);
       decode_tq_scalar(row, h, f.bits, f.levels, load_f16(row + codes), out);
       decode_tq_scalar(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
+      return;
+    }
+    case RowCodec::TQ_CHANNELS: {
+      const float scale = load_f16(row + channel_codes_bytes(f));
+      for (int p = 0, at = 0; p < f.parts; at += f.part_dims[p], ++p) {
+        decode_channel_part_scalar(row, f.part_dims[p], f.part_bits[p], f.part_levels[p], scale, out + at);
+        row += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
+      }
       return;
     }
   }
@@ -219,6 +257,20 @@ struct TqPartDecoder {
   }
 };
 
+// One channel-bit part of 8k coordinates: the indices unpacked as in the scalar decoder, the
+// levels (times the scale, one rounding as there) looked up 8 at a time.
+TQ_AVX2 void decode_channel_part(const uint8_t* codes, int dim, int bits, const float* levels, float scale, float* out) {
+  if (bits == 0) {
+    for (int j = 0; j < dim; j += 8) _mm256_storeu_ps(out + j, _mm256_setzero_ps());
+    return;
+  }
+  uint8_t idx[kMaxDim];
+  unpack_channel_part(codes, dim, bits, idx);
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int j = 0; j < dim; j += 8)
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_i32gather_ps(levels, load8_u8(idx + j), 4), s));
+}
+
 TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
   for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes, out += kBlock) {
     const __m256 s = _mm256_set1_ps(load_f16(row));
@@ -313,6 +365,19 @@ void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_
         const uint8_t* row = first + i * row_stride;
         high(row, load_f16(row + codes), out + i * out_stride);
         low(row + hi_bytes, load_f16(row + codes + 2), out + i * out_stride + h);
+      }
+      return;
+    }
+    case RowCodec::TQ_CHANNELS: {
+      const size_t codes = channel_codes_bytes(f);
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        const float scale = load_f16(row + codes);
+        float* o = out + i * out_stride;
+        for (int p = 0; p < f.parts; o += f.part_dims[p], ++p) {
+          decode_channel_part(row, f.part_dims[p], f.part_bits[p], f.part_levels[p], scale, o);
+          row += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
+        }
       }
       return;
     }

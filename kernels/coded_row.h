@@ -11,13 +11,18 @@
 //                     scale * levels[idx].
 //   TQ_SPLIT          two TurboQuant half-rows with their own bits, codebooks and fp16 scales
 //                     (the split layout of kernels/tq_packing.h).
+//   TQ_CHANNELS       channel-bit rows (quant/channel_bits.h): runs of coordinates ("parts"),
+//                     each at its own bit width 0..6 with its own levels, then one fp16 scale;
+//                     decodes to scale * levels_p[idx] (0 for a 0-bit part).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 namespace tq {
 
-enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT };
+enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT, TQ_CHANNELS };
+
+inline constexpr int kMaxChannelParts = 7;  // one per bit width 0..6
 
 struct CodedRowFormat {
   RowCodec codec = RowCodec::F32;
@@ -27,6 +32,12 @@ struct CodedRowFormat {
   const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels
   const float* levels_lo = nullptr;  // TQ_SPLIT second half: [2^bits_lo]
   bool f16_scale = false;            // TQ: the scale after the codes is fp16, not fp32
+  // TQ_CHANNELS: `parts` runs of part_dims[i] coordinates (multiples of 8, summing to dim) at
+  // part_bits[i] bits, decoded with part_levels[i] ([2^bits] levels; unused for 0 bits).
+  int parts = 0;
+  int part_dims[kMaxChannelParts] = {};
+  int part_bits[kMaxChannelParts] = {};
+  const float* part_levels[kMaxChannelParts] = {};
 };
 
 // Fails (naming the problem) unless the format is usable: dim in 1..512, Q8_0/Q4_0 need

@@ -86,4 +86,40 @@ void unpack_indices(const uint8_t* packed, int dim, int bits, uint8_t* idx) {
   unpack_strided(packed, dim, bits, 0, idx);
 }
 
+void check_channel_part_shape(int dim, int bits) {
+  if (bits < 0 || bits > 6) fail("channel-bit parts take 0..6 bits, got {}", bits);
+  if (dim <= 0 || dim % 8 != 0) fail("channel-bit parts need a positive multiple of 8 coordinates, got {}", dim);
+}
+
+size_t channel_part_bytes(int dim, int bits) {
+  check_channel_part_shape(dim, bits);
+  return size_t(dim) * bits / 8;
+}
+
+void pack_channel_part(const uint8_t* idx, int dim, int bits, uint8_t* out) {
+  check_channel_part_shape(dim, bits);
+  if (bits == 0) return;
+  if (bits <= 4) {
+    pack_indices(idx, dim, bits, out);
+    return;
+  }
+  pack_strided(idx, dim, 4, 0, out);
+  pack_strided(idx, dim, bits - 4, 4, out + dim / 2);
+}
+
+void unpack_channel_part(const uint8_t* packed, int dim, int bits, uint8_t* idx) {
+  check_channel_part_shape(dim, bits);
+  if (bits <= 4) {
+    if (bits == 0) {
+      std::memset(idx, 0, size_t(dim));
+    } else {
+      unpack_indices(packed, dim, bits, idx);
+    }
+    return;
+  }
+  std::memset(idx, 0, size_t(dim));
+  unpack_strided(packed, dim, 4, 0, idx);
+  unpack_strided(packed + dim / 2, dim, bits - 4, 4, idx);
+}
+
 }  // namespace tq

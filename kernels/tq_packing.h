@@ -29,6 +29,11 @@
 //   [S_hi + S_lo + 2, +2)     scale of the second half, fp16
 // Two fp16 scales take the 4 bytes of one fp32 scale, so a split row costs no more than a
 // plain one of the same average bits (fp16's 11-bit precision is far below the codes' error).
+// Channel-bit parts (the tq<b>c rows, quant/channel_bits.h): a row is runs ("parts") of
+// coordinates, each at its own bit width 0..6; every part's length is a multiple of 8, so each
+// part is whole bytes and starts on a byte. Bits 1..4 use the layouts above with d = the part's
+// length. 5 and 6 bits, like 3, are two of them back to back: the 4-bit packing of (idx & 15)
+// then the 1-bit (5) or 2-bit (6) packing of (idx >> 4). 0 bits store nothing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +51,12 @@ size_t tq_row_bytes(int dim, int bits);
 void check_tq_split_row_shape(int dim, int bits_hi, int bits_lo);
 size_t tq_split_codes_bytes(int dim, int bits_hi, int bits_lo);  // S_hi + S_lo
 size_t tq_split_row_bytes(int dim, int bits_hi, int bits_lo);    // S_hi + S_lo + 4
+
+// Channel-bit parts: fails unless bits is 0..6 and dim a positive multiple of 8.
+void check_channel_part_shape(int dim, int bits);
+size_t channel_part_bytes(int dim, int bits);  // dim*bits/8
+void pack_channel_part(const uint8_t* idx, int dim, int bits, uint8_t* out);
+void unpack_channel_part(const uint8_t* packed, int dim, int bits, uint8_t* idx);
 
 // The packing. idx values must be < 2^bits (higher bits are ignored). out / idx are
 // tq_codes_bytes(dim, bits) / dim bytes.

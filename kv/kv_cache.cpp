@@ -102,9 +102,38 @@ std::string KvCacheShape::mode_name() const {
                             : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
 }
 
+namespace {
+// "12 tq4h + 18 tq3h": how many layers use each dtype, in first-use order.
+std::string layer_counts(const std::vector<KvDtype>& layers) {
+  std::vector<std::pair<KvDtype, int>> counts;
+  for (KvDtype d : layers) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == d; });
+    if (it == counts.end()) {
+      counts.emplace_back(d, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string out;
+  for (const auto& [d, n] : counts) out += fmt::format("{}{} {}", out.empty() ? "" : " + ", n, kv_dtype_name(d));
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> KvCacheShape::layer_modes() const {
+  std::vector<std::string> out;
+  if (k_layers.empty() && v_layers.empty()) return out;
+  for (int l = 0; l < num_layers; ++l)
+    out.push_back(fmt::format("{}/{}", kv_dtype_name(k_dtype_of(l)), kv_dtype_name(v_dtype_of(l))));
+  return out;
+}
+
 std::string KvCacheShape::describe() const {
   std::string out = k_dtype == v_dtype ? std::string(kv_dtype_name(k_dtype))
                                        : fmt::format("k={},v={}", kv_dtype_name(k_dtype), kv_dtype_name(v_dtype));
+  if (!k_layers.empty() || !v_layers.empty())
+    out = fmt::format("k={},v={}", k_layers.empty() ? std::string(kv_dtype_name(k_dtype)) : layer_counts(k_layers),
+                      v_layers.empty() ? std::string(kv_dtype_name(v_dtype)) : layer_counts(v_layers));
   if (!preset.empty()) out = fmt::format("{} ({})", preset, out);
   if (protect_layers > 0 && (k_dtype != protect_dtype || v_dtype != protect_dtype))
     out += fmt::format(", first/last {} layers {}", protect_layers, kv_dtype_name(protect_dtype));
@@ -113,11 +142,14 @@ std::string KvCacheShape::describe() const {
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options,
-                 const OutlierPartition& outliers, const KvAffine& affine)
+                 const OutlierPartition& outliers, const KvAffine& affine, const KvChannelCodings& channels)
     : shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.block_size <= 0)
     fail("KV cache shape needs positive layers, KV heads and block size (got {}, {}, {})", shape.num_layers,
          shape.num_kv_heads, shape.block_size);
+  for (const auto* layers : {&shape.k_layers, &shape.v_layers})
+    if (!layers->empty() && static_cast<int>(layers->size()) != shape.num_layers)
+      fail("KV cache: per-layer dtypes for {} layers, the model has {}", layers->size(), shape.num_layers);
   if (!kv_dtype_is_fp(shape.protect_dtype)) fail("protected layers must use f32, bf16 or f16, not {}", kv_dtype_name(shape.protect_dtype));
   auto layer_order = [&](const std::vector<std::vector<std::vector<int>>>& orders, int l, KvDtype dtype) {
     if (!kv_dtype_is_split(dtype) || l >= static_cast<int>(orders.size())) return std::vector<std::vector<int>>{};
@@ -126,6 +158,10 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
   auto layer_affine = [&](const std::vector<std::vector<std::vector<float>>>& means, int l, KvDtype dtype) {
     if (kv_dtype_is_fp(dtype) || l >= static_cast<int>(means.size())) return std::vector<std::vector<float>>{};
     return means[l];
+  };
+  auto layer_channels = [&](const std::vector<ChannelCoding>& codings, int l, KvDtype dtype) {
+    if (!kv_dtype_is_channel_bits(dtype) || l >= static_cast<int>(codings.size())) return ChannelCoding{};
+    return codings[l];
   };
   const int window_blocks = shape.windows.window_blocks > 0 ? std::min(shape.windows.window_blocks, num_blocks) : num_blocks;
   auto layout = [&](KvDtype dtype, size_t& offset, int blocks) {
@@ -140,9 +176,11 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
   for (int l = 0; l < shape.num_layers; ++l) {
     const KvDtype kd = shape.k_dtype_of(l), vd = shape.v_dtype_of(l);
     k_codecs_.emplace_back(kd, shape.head_dim, l, options, layer_order(outliers.k_order, l, kd),
-                           layer_affine(affine.k_mean, l, kd), layer_affine(affine.k_scale, l, kd));
+                           layer_affine(affine.k_mean, l, kd), layer_affine(affine.k_scale, l, kd),
+                           layer_channels(channels.k, l, kd));
     v_codecs_.emplace_back(vd, shape.head_dim, l, options, layer_order(outliers.v_order, l, vd),
-                           layer_affine(affine.v_mean, l, vd));
+                           layer_affine(affine.v_mean, l, vd), std::vector<std::vector<float>>{},
+                           layer_channels(channels.v, l, vd));
     k_layout_.push_back(layout(kd, k_bytes_, num_blocks));
     v_layout_.push_back(layout(vd, v_bytes_, num_blocks));
     if (shape.windows.any()) {

@@ -32,7 +32,11 @@ struct KvCacheShape {
   // The first and last `protect_layers` layers store K and V as `protect_dtype` (full precision).
   int protect_layers = 0;
   KvDtype protect_dtype = KvDtype::F16;
-  // The preset the dtypes came from (kv/kv_presets.h), or empty; named first by describe().
+  // Per-layer dtypes (`--kv-cache-dtype auto`, eval/kv_auto.h): when not empty, layer l stores K
+  // as k_layers[l] and V as v_layers[l] (protected layers still as protect_dtype).
+  std::vector<KvDtype> k_layers, v_layers;
+  // The preset the dtypes came from (kv/kv_presets.h, or "auto:<budget>"), or empty; named first
+  // by describe().
   std::string preset;
   // Full-precision windows of the quantized layer sides (kv/kv_windows.h). While windows are on,
   // each quantized side also keeps a storage-space copy (windows.dtype) of the rows of the data
@@ -40,8 +44,12 @@ struct KvCacheShape {
   KvWindows windows;
 
   bool is_protected(int layer) const { return layer < protect_layers || layer >= num_layers - protect_layers; }
-  KvDtype k_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : k_dtype; }
-  KvDtype v_dtype_of(int layer) const { return is_protected(layer) ? protect_dtype : v_dtype; }
+  KvDtype k_dtype_of(int layer) const {
+    return is_protected(layer) ? protect_dtype : k_layers.empty() ? k_dtype : k_layers.at(layer);
+  }
+  KvDtype v_dtype_of(int layer) const {
+    return is_protected(layer) ? protect_dtype : v_layers.empty() ? v_dtype : v_layers.at(layer);
+  }
   // K + V bytes of one token of one layer, over its KV heads.
   size_t layer_bytes_per_token(int layer) const;
   // K + V bytes of one token over all layers and KV heads (the rows of a data block).
@@ -57,11 +65,14 @@ struct KvCacheShape {
   size_t window_block_bytes() const { return windows.any() ? window_bytes_per_token() * block_size : 0; }
   // K + V bytes of one data block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
-  // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4h)" for a preset), plus ", first/last N layers f16" when
-  // protected and the windows when on.
+  // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4h)" for a preset; per-layer dtypes as counts, "auto:0.01
+  // (k=12 tq4h + 18 tq3h,v=30 tq3h)"), plus ", first/last N layers f16" when protected and the
+  // windows when on.
   std::string describe() const;
   // The mode as a user names it: the preset, else the dtypes ("f16", "k=tq4,v=q8_0").
   std::string mode_name() const;
+  // With per-layer dtypes, "k/v" of every layer ("tq4h/tq3h"); else empty.
+  std::vector<std::string> layer_modes() const;
 };
 
 // Free list of block ids. Lowest ids first, so runs are reproducible.
@@ -103,7 +114,7 @@ class KvCache {
   // Throws tq::Error when the arenas cannot be allocated (message gives the size asked) or a
   // dtype cannot store this head_dim. `outliers` gives the split dtypes' channel orders.
   KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options = {},
-          const OutlierPartition& outliers = {}, const KvAffine& affine = {});
+          const OutlierPartition& outliers = {}, const KvAffine& affine = {}, const KvChannelCodings& channels = {});
 
   const KvCacheShape& shape() const { return shape_; }
   const KvQuantOptions& options() const { return options_; }

@@ -21,6 +21,7 @@ constexpr NamedDtype kDtypes[] = {
     {KvDtype::Q4_0, "q4_0"}, {KvDtype::Q4_0H, "q4_0h"}, {KvDtype::TQ4, "tq4"},  {KvDtype::TQ3, "tq3"},
     {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"}, {KvDtype::TQ4H, "tq4h"},
     {KvDtype::TQ3H, "tq3h"}, {KvDtype::TQ2H, "tq2h"},
+    {KvDtype::TQ4C, "tq4c"}, {KvDtype::TQ3C, "tq3c"}, {KvDtype::TQ2C, "tq2c"},
 };
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -65,16 +66,23 @@ bool kv_dtype_has_f16_norm(KvDtype dtype) {
   return dtype == KvDtype::TQ4H || dtype == KvDtype::TQ3H || dtype == KvDtype::TQ2H;
 }
 
+bool kv_dtype_is_channel_bits(KvDtype dtype) {
+  return dtype == KvDtype::TQ4C || dtype == KvDtype::TQ3C || dtype == KvDtype::TQ2C;
+}
+
 bool kv_dtype_is_rotated(KvDtype dtype) { return dtype == KvDtype::Q4_0H || kv_dtype_is_tq(dtype); }
 
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::TQ4:
-    case KvDtype::TQ4H: return {4, 4};
+    case KvDtype::TQ4H:
+    case KvDtype::TQ4C: return {4, 4};
     case KvDtype::TQ3:
-    case KvDtype::TQ3H: return {3, 3};
+    case KvDtype::TQ3H:
+    case KvDtype::TQ3C: return {3, 3};
     case KvDtype::TQ2:
-    case KvDtype::TQ2H: return {2, 2};
+    case KvDtype::TQ2H:
+    case KvDtype::TQ2C: return {2, 2};
     case KvDtype::TQ3_5: return {4, 3};
     case KvDtype::TQ2_5: return {3, 2};
     default: return {0, 0};
@@ -94,6 +102,12 @@ void check_kv_dtype(KvDtype dtype, int head_dim, bool hadamard_rotation) {
     return;
   }
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
+  if (kv_dtype_is_channel_bits(dtype)) {
+    if (head_dim % 8 != 0)
+      fail("--kv-cache-dtype {} codes rows in groups of 8 coordinates and needs head_dim to be a multiple of 8, the model has {}{}",
+           name, head_dim, valid_hint);
+    return;
+  }
   const int rotated_dim = kv_dtype_is_split(dtype) ? head_dim / 2 : head_dim;
   try {
     if (kv_dtype_is_split(dtype)) {
@@ -122,6 +136,7 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
   }
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
   if (kv_dtype_is_split(dtype)) return tq_split_row_bytes(head_dim, hi, lo);
+  if (kv_dtype_is_channel_bits(dtype)) return d * hi / 8 + 2;
   return tq_row_bytes(head_dim, hi) - (kv_dtype_has_f16_norm(dtype) ? 2 : 0);
 }
 

@@ -25,13 +25,14 @@ RowCodec fp_codec(KvDtype dtype) {
 
 KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOptions& o,
                        std::vector<std::vector<int>> order, std::vector<std::vector<float>> center,
-                       std::vector<std::vector<float>> scale)
+                       std::vector<std::vector<float>> scale, ChannelCoding channels)
     : dtype_(dtype),
       d_(head_dim),
       scale_mode_(o.scale_mode),
       order_(std::move(order)),
       center_(std::move(center)),
-      scale_(std::move(scale)) {
+      scale_(std::move(scale)),
+      channels_(std::move(channels)) {
   if ((!center_.empty() || !scale_.empty()) && kv_dtype_is_fp(dtype))
     fail("full-precision KV rows ({}) are stored as they are, without center or scale", kv_dtype_name(dtype));
   for (const auto* per_head : {&center_, &scale_})
@@ -43,12 +44,34 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
   check_kv_dtype(dtype, head_dim, o.rotation == RotationKind::hadamard);
   if (dtype == KvDtype::Q4_0H) {
     rot_ = Rotation::make(RotationKind::hadamard, d_, o.seed, layer);
-  } else if (kv_dtype_is_tq(dtype)) {
+  } else if (kv_dtype_is_tq(dtype) && !kv_dtype_is_channel_bits(dtype)) {
     const auto [hi, lo] = kv_dtype_tq_bits(dtype);
     const int rd = kv_dtype_is_split(dtype) ? d_ / 2 : d_;
     rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
     cb_hi_ = make_codebook(o.codebook, rd, hi);
     if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
+  }
+  if (kv_dtype_is_channel_bits(dtype)) {
+    const int bits = kv_dtype_tq_bits(dtype).first;
+    if (channels_.basis.empty())
+      fail("--kv-cache-dtype {} needs the calibrated channel axes of layer {} (computed by the calibration pass)",
+           kv_dtype_name(dtype), layer);
+    if (channels_.layout.dim() != d_ || channels_.layout.total_bits() != bits * d_ ||
+        static_cast<int>(channels_.layout.part_dims.size()) > kMaxChannelParts)
+      fail("channel-bit layout of layer {} covers {} coordinates with {} bits, need {} with {}", layer,
+           channels_.layout.dim(), channels_.layout.total_bits(), d_, bits * d_);
+    if (channels_.sigma.size() != channels_.basis.size()) fail("channel axes of layer {}: {} bases but {} sigma sets", layer, channels_.basis.size(), channels_.sigma.size());
+    for (size_t h = 0; h < channels_.basis.size(); ++h) {
+      if (channels_.basis[h].size() != size_t(d_) * d_ || channels_.sigma[h].size() != size_t(d_))
+        fail("channel axes of layer {} head {} do not match head_dim {}", layer, h, d_);
+      for (float v : channels_.sigma[h])
+        if (!(v > 0.0f) || !std::isfinite(v)) fail("channel axes of layer {} head {}: non-positive sigma {}", layer, h, v);
+    }
+    channel_codebooks_.resize(kMaxChannelBits + 1);
+    for (int b : channels_.layout.part_bits)
+      if (b > 0 && channel_codebooks_[b].bits == 0) channel_codebooks_[b] = make_standard_gaussian_codebook(b);
+  } else if (!channels_.basis.empty()) {
+    fail("channel axes were given for {}, which is not a channel-bit dtype", kv_dtype_name(dtype));
   }
   if (kv_dtype_is_split(dtype)) {
     for (const std::vector<int>& p : order_) {
@@ -76,7 +99,29 @@ const float* KvRowCodec::scale(int head) const {
   return head < static_cast<int>(scale_.size()) ? scale_[head].data() : nullptr;
 }
 
+const float* KvRowCodec::channel_basis(int head) const {
+  if (head < 0 || head >= static_cast<int>(channels_.basis.size()))
+    fail("channel axes: KV head {} of {} calibrated", head, channels_.basis.size());
+  return channels_.basis[head].data();
+}
+
+const float* KvRowCodec::channel_sigma(int head) const {
+  channel_basis(head);
+  return channels_.sigma[head].data();
+}
+
 void KvRowCodec::query_to_storage(const float* q, int head, float* y) const {
+  if (kv_dtype_is_channel_bits(dtype_)) {  // diag(sigma) U (q * scale): the inverse transpose of to_storage
+    const float* s = scale(head);
+    const float* u = channel_basis(head);
+    const float* sigma = channel_sigma(head);
+    for (int i = 0; i < d_; ++i) {
+      float acc = 0.0f;
+      for (int j = 0; j < d_; ++j) acc += u[size_t(i) * d_ + j] * (s ? q[j] * s[j] : q[j]);
+      y[i] = acc * sigma[i];
+    }
+    return;
+  }
   if (const float* s = scale(head)) {
     float scaled[kMaxDim];
     for (int j = 0; j < d_; ++j) scaled[j] = q[j] * s[j];
@@ -103,6 +148,17 @@ CodedRowFormat KvRowCodec::row_format() const {
   } else if (dtype_ == KvDtype::Q4_0 || dtype_ == KvDtype::Q4_0H) {
     f.codec = RowCodec::Q4_0;
   } else {
+    if (kv_dtype_is_channel_bits(dtype_)) {
+      f.codec = RowCodec::TQ_CHANNELS;
+      f.f16_scale = true;
+      f.parts = static_cast<int>(channels_.layout.part_dims.size());
+      for (int p = 0; p < f.parts; ++p) {
+        f.part_dims[p] = channels_.layout.part_dims[p];
+        f.part_bits[p] = channels_.layout.part_bits[p];
+        f.part_levels[p] = f.part_bits[p] > 0 ? channel_codebooks_[f.part_bits[p]].centroids.data() : nullptr;
+      }
+      return f;
+    }
     f.codec = kv_dtype_is_split(dtype_) ? RowCodec::TQ_SPLIT : RowCodec::TQ;
     f.f16_scale = kv_dtype_has_f16_norm(dtype_);
     f.bits = cb_hi_.bits;
@@ -116,6 +172,16 @@ CodedRowFormat KvRowCodec::row_format() const {
 }
 
 void KvRowCodec::to_storage(const float* x, int head, float* y) const {
+  if (kv_dtype_is_channel_bits(dtype_)) {
+    const float* u = channel_basis(head);
+    const float* sigma = channel_sigma(head);
+    for (int i = 0; i < d_; ++i) {
+      float acc = 0.0f;
+      for (int j = 0; j < d_; ++j) acc += u[size_t(i) * d_ + j] * x[j];
+      y[i] = acc / sigma[i];
+    }
+    return;
+  }
   if (!kv_dtype_is_split(dtype_)) {
     if (transforms()) {
       rot_.apply(x, y);
@@ -132,6 +198,16 @@ void KvRowCodec::to_storage(const float* x, int head, float* y) const {
 }
 
 void KvRowCodec::from_storage(const float* y, int head, float* x) const {
+  if (kv_dtype_is_channel_bits(dtype_)) {
+    const float* u = channel_basis(head);
+    const float* sigma = channel_sigma(head);
+    std::fill(x, x + d_, 0.0f);
+    for (int i = 0; i < d_; ++i) {
+      const float yi = y[i] * sigma[i];
+      for (int j = 0; j < d_; ++j) x[j] += u[size_t(i) * d_ + j] * yi;
+    }
+    return;
+  }
   if (!kv_dtype_is_split(dtype_)) {
     if (transforms()) {
       rot_.apply_transpose(y, x);
@@ -182,6 +258,12 @@ void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
       return;
     }
     default: break;
+  }
+  if (kv_dtype_is_channel_bits(dtype_)) {
+    float y[kMaxDim];
+    to_storage(x, head, y);
+    encode_channel_row(y, channels_.layout, channel_codebooks_, channel_sigma(head), row);
+    return;
   }
   if (kv_dtype_has_f16_norm(dtype_)) {  // the fp32 row, its scale then rounded to fp16
     uint8_t full[kMaxDim / 2 + 4];

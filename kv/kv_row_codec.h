@@ -4,7 +4,9 @@
 //
 // "Storage space" is the space a stored row lives in before its values are coded: x itself for
 // f32/bf16/f16/q8_0/q4_0, R x for q4_0h and tq<b>, and [R_h (P x)[0, d/2), R_h (P x)[d/2, d)]
-// for split dtypes (P the head's channel permutation putting its outlier group first). Attention
+// for split dtypes (P the head's channel permutation putting its outlier group first), and
+// diag(1/sigma) U x for channel-bit dtypes (U the head's calibrated axes as rows, sigma their
+// standard deviations; queries map by diag(sigma) U, so q . k keeps its value). Attention
 // maps q into K's storage space once per head and the output back from V's once per head.
 #pragma once
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "kernels/coded_row.h"
 #include "kv/kv_dtype.h"
+#include "quant/channel_bits.h"
 #include "quant/codebook.h"
 #include "quant/rotation.h"
 #include "quant/tq_row.h"
@@ -54,13 +57,20 @@ struct KvAffine {
   std::vector<std::vector<std::vector<float>>> k_mean, v_mean, k_scale;  // [layer][kv head][head_dim]
 };
 
+// Channel-bit dtypes: per layer, the K and V sides' layouts and axes (from the calibration's
+// spectra, engine/kv_calibration.h, at the side's bits). Empty for a side without them.
+struct KvChannelCodings {
+  std::vector<ChannelCoding> k, v;  // [layer]
+};
+
 class KvRowCodec {
  public:
   // order: split dtypes only, per KV head (empty: identity).
   // center, scale: per KV head (empty: none); only for quantized dtypes (see KvAffine).
+  // channels: channel-bit dtypes only (required there), the layer side's layout and per-head axes.
   KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOptions& options,
              std::vector<std::vector<int>> order = {}, std::vector<std::vector<float>> center = {},
-             std::vector<std::vector<float>> scale = {});
+             std::vector<std::vector<float>> scale = {}, ChannelCoding channels = {});
 
   KvDtype dtype() const { return dtype_; }
   int head_dim() const { return d_; }
@@ -100,6 +110,11 @@ class KvRowCodec {
   std::vector<std::vector<int>> order_;    // split: per KV head
   std::vector<std::vector<float>> center_;  // per KV head, or empty
   std::vector<std::vector<float>> scale_;   // per KV head, or empty
+  ChannelCoding channels_;                  // channel-bit dtypes
+  std::vector<Codebook> channel_codebooks_;  // [bits], standard normal, for the widths the layout uses
+
+  const float* channel_basis(int head) const;  // [d*d]
+  const float* channel_sigma(int head) const;  // [d]
 };
 
 }  // namespace tq

@@ -172,9 +172,33 @@ int Codebook::index_of(float v) const {
   return idx;
 }
 
+namespace {
+std::vector<double> lloyd_max_levels(CodebookKind kind, int dim, int bits, double* mse, int* iterations);
+}
+
 std::vector<double> lloyd_max_standardized(CodebookKind kind, int dim, int bits, double* mse,
                                            int* iterations) {
   if (bits < 1 || bits > 4) fail("TurboQuant codebook bits must be 1..4, got {}", bits);
+  return lloyd_max_levels(kind, dim, bits, mse, iterations);
+}
+
+Codebook make_standard_gaussian_codebook(int bits) {
+  if (bits < 1 || bits > kMaxChannelBits) fail("channel-bit codebook bits must be 1..{}, got {}", kMaxChannelBits, bits);
+  Codebook cb;
+  cb.kind = CodebookKind::gaussian;
+  cb.dim = 1;
+  cb.bits = bits;
+  double mse = 0.0;
+  const std::vector<double> s = lloyd_max_levels(CodebookKind::gaussian, 3, bits, &mse, &cb.iterations);
+  cb.centroids.assign(s.begin(), s.end());
+  cb.boundaries.resize(s.size() - 1);
+  for (size_t i = 0; i + 1 < s.size(); ++i) cb.boundaries[i] = 0.5f * (cb.centroids[i] + cb.centroids[i + 1]);
+  cb.mse_per_coord = mse;
+  return cb;
+}
+
+namespace {
+std::vector<double> lloyd_max_levels(CodebookKind kind, int dim, int bits, double* mse, int* iterations) {
   if (dim < 3) fail("TurboQuant codebook dimension must be >= 3, got {}", dim);
   const Law law(kind, dim);
   const int half = 1 << (bits - 1);
@@ -222,6 +246,7 @@ std::vector<double> lloyd_max_standardized(CodebookKind kind, int dim, int bits,
   }
   return levels;
 }
+}  // namespace
 
 Codebook make_codebook(CodebookKind kind, int dim, int bits) {
   Codebook cb;

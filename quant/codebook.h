@@ -44,6 +44,12 @@ struct Codebook {
   int index_of(float v) const;
 };
 
+// The 2^bits-level Lloyd-Max quantizer of a standard normal variable, bits in 1..kMaxChannelBits
+// (dim is 1; levels and mse_per_coord in units of the standard deviation). The channel-bit rows
+// of quant/channel_bits.h code each coordinate of the calibrated basis with one of these.
+inline constexpr int kMaxChannelBits = 6;
+Codebook make_standard_gaussian_codebook(int bits);
+
 // Builds the 2^bits-level Lloyd-Max codebook. bits in 1..4; dim >= 3 (at d = 3 the beta law is
 // uniform; below it the density has endpoint singularities and no KV head is that small).
 // Fails (tq::fail) on other arguments or if the iteration does not converge.

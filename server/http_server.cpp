@@ -120,8 +120,10 @@ bool HttpServer::bind() {
   return true;
 }
 
-void HttpServer::attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache) {
+void HttpServer::attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache,
+                        std::vector<std::string> kv_layers) {
   config_.kv_cache = kv_cache.empty() ? kv_mode : std::move(kv_cache);
+  config_.kv_layers = std::move(kv_layers);
   engine_ = &engine;
   model_ = std::move(model);
   config_.kv_mode = std::move(kv_mode);
@@ -226,6 +228,7 @@ void HttpServer::install_routes() {
     json m = {{"id", model_.name},        {"object", "model"},           {"created", started_},
               {"owned_by", "tqserve"},    {"root", model_.name},         {"max_model_len", model_.max_model_len},
               {"kv_cache_dtype", config_.kv_mode}, {"kv_cache", config_.kv_cache}};
+    if (!config_.kv_layers.empty()) m["kv_cache_layers"] = config_.kv_layers;
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}), "application/json");
   });
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/async_engine.h"
 #include "server/metrics.h"
@@ -31,6 +32,7 @@ struct ServerConfig {
   int read_timeout_seconds = 30;   // a whole request must arrive within this; 408 after
   std::string kv_mode;  // reported in /v1/models and /metrics: "tq4", "f16", "k=tq4,v=q8_0"
   std::string kv_cache;  // reported in /v1/models: the whole layout (KvCacheShape::describe)
+  std::vector<std::string> kv_layers;  // per-layer "k/v" dtypes (`auto`), reported in /v1/models; else empty
   RequestLimits limits;
 };
 
@@ -48,7 +50,8 @@ class HttpServer {
   // Stops accepting connections (thread-safe; the SIGINT/SIGTERM path).
   void stop();
   // The loaded model and its engine; /health answers 200 and the API opens from now on.
-  void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache = {});
+  void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache = {},
+              std::vector<std::string> kv_layers = {});
 
  private:
   void install_routes();

@@ -9,6 +9,7 @@
 
 #include "batch_invariance_support.h"
 #include "engine/engine_core.h"
+#include "engine/kv_calibration.h"
 #include "model/loader.h"
 
 namespace tq {
@@ -42,7 +43,19 @@ std::unique_ptr<KvCache> make_cache(const KvMode& mode, int blocks) {
   shape.head_dim = c.head_dim;
   shape.k_dtype = shape.v_dtype = mode.dtype;
   shape.windows = mode.windows;
-  return std::make_unique<KvCache>(shape, blocks);
+  if (!kv_dtype_is_channel_bits(mode.dtype)) return std::make_unique<KvCache>(shape, blocks);
+  // Channel-bit rows need the calibrated axes: a short text of the model's own kind.
+  static const KvCalibration cal = [] {
+    std::string text;
+    for (int i = 0; i < 12; ++i) text += "Once upon a time, a little dog named Max found a red ball in the big green park. ";
+    KvCalibrationOptions o;
+    o.channel_spectra = true;
+    return calibrate_kv(qwen3().transformer, qwen3().model.tokenizer->encode(text, false), o);
+  }();
+  KvChannelCodings codings;
+  codings.k = channel_codings(cal.k_spectra, kv_dtype_tq_bits(mode.dtype).first);
+  codings.v = channel_codings(cal.v_spectra, kv_dtype_tq_bits(mode.dtype).first);
+  return std::make_unique<KvCache>(shape, blocks, KvQuantOptions{}, OutlierPartition{}, cal.affine, codings);
 }
 
 EngineConfig config(int budget, int max_seqs, bool prefix = true) {
@@ -164,7 +177,8 @@ INSTANTIATE_TEST_SUITE_P(
                       KvMode{KvDtype::TQ3, windows(4, 20, 24), "tq3_windows_24_blocks"},
                       KvMode{KvDtype::TQ2, windows(2, 9, 16), "tq2_windows_16_blocks"},
                       KvMode{KvDtype::TQ4, windows(20, 0, 16), "tq4_sinks_only"},
-                      KvMode{KvDtype::Q4_0H, windows(4, 33, 24), "q4_0h_windows_24_blocks"}),
+                      KvMode{KvDtype::Q4_0H, windows(4, 33, 24), "q4_0h_windows_24_blocks"},
+                      KvMode{KvDtype::TQ3C, {}, "tq3c"}, KvMode{KvDtype::TQ3C, windows(4, 20, 24), "tq3c_windows_24_blocks"}),
     [](const ::testing::TestParamInfo<KvMode>& info) { return info.param.name; });
 
 }  // namespace

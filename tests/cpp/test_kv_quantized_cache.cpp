@@ -184,7 +184,7 @@ TEST(BaselineQuant, MatchesGgmlReference) {
 // Dtype names, checks and sizes
 
 TEST(KvDtypeQuant, NamesAndChoices) {
-  EXPECT_EQ(kv_dtype_choices(), "f32, bf16, f16, q8_0, q4_0, q4_0h, tq4, tq3, tq2, tq3.5, tq2.5, tq4h, tq3h, tq2h");
+  EXPECT_EQ(kv_dtype_choices(), "f32, bf16, f16, q8_0, q4_0, q4_0h, tq4, tq3, tq2, tq3.5, tq2.5, tq4h, tq3h, tq2h, tq4c, tq3c, tq2c");
   for (KvDtype d : kAllDtypes) {
     const auto parsed = parse_kv_dtype(kv_dtype_name(d));
     ASSERT_TRUE(parsed.has_value()) << kv_dtype_name(d);

@@ -23,6 +23,7 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     assert modes["tq4"]["tokens_per_gib"] == (1 << 30) // modes["tq4"]["bytes_per_token"]
     assert modes["f16"]["bytes_per_token"] / modes["tq4"]["bytes_per_token"] > 3.5
     assert modes["tq4h"]["bytes_per_token"] == layers_heads * 34  # the same codes, an fp16 norm
+    assert modes["tq3c"]["bytes_per_token"] == modes["tq3h"]["bytes_per_token"]  # channel bits: same bytes
     # The presets: their row formats, the default windows and what one 1024-token sequence costs.
     presets = {p["mode"]: p for p in info["kv_presets"]}
     assert [presets[m]["k"] for m in ("tq4", "tq3", "tq2")] == ["tq4h", "tq3h", "tq2h"]
@@ -33,7 +34,7 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     assert presets["tq3"]["bits_per_element_at_1024"] <= 3.5 and presets["tq2"]["bits_per_element_at_1024"] <= 2.6
 
 
-@pytest.mark.parametrize("mode", ["q8_0", "q4_0h", "tq4", "tq3.5", "tq2"])
+@pytest.mark.parametrize("mode", ["q8_0", "q4_0h", "tq4", "tq3.5", "tq2", "tq3c"])
 def test_generate_runs_with_each_quantized_mode(tqserve, smollm2, mode):
     proc = tqserve("generate", "--model", smollm2, "--kv-cache-dtype", mode, "-p", "The capital of France is",
                    "-n", "8", "--temperature", "0", "--json")
@@ -154,3 +155,37 @@ def test_presets_keep_their_documented_fidelity(tqserve, smollm2, tmp_path):
     assert modes["tq4"]["bits_per_element"] <= 4.5 and modes["tq3"]["bits_per_element"] <= 3.5
     assert modes["tq2"]["bits_per_element"] <= 2.6
     assert modes["tq4"]["kld_mean"] < modes["q4_0h"]["kld_mean"]
+
+
+def test_auto_chooses_each_layer_within_its_budget_and_reports_it(tqserve, stories260k):
+    # stories260K (5 layers, head_dim 8): q8_0 cannot store its rows, so the layers choose among
+    # tq2h, tq3h and tq4h. A looser budget never costs more bytes.
+    def run(mode):
+        proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", mode, "-p", "Once", "-n", "4",
+                       "--temperature", "0")
+        line = next(l for l in proc.stderr.splitlines() if l.startswith("KV auto:"))
+        layers = line.split("layers (k/v): ")[1].split()
+        assert len(layers) == 5 and all(set(l.split("/")) <= {"tq2h", "tq3h", "tq4h"} for l in layers), line
+        predicted, budget = float(line.split()[4]), float(line.split()[6])
+        # Within the budget, or over it only with every layer at the largest candidate.
+        assert predicted <= budget or all(l == "tq4h/tq4h" for l in layers), line
+        size = next(l for l in proc.stderr.splitlines() if l.startswith("KV cache: "))
+        assert f"KV cache: {mode} (k=" in size
+        return int(size.split(" bytes/token")[0].rsplit(" ", 1)[1])
+    assert run("auto:1") <= run("auto:0.001")
+    proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "auto:zero", "-p", "Once", check=False)
+    assert proc.returncode != 0 and "budget 'zero'" in proc.stderr
+
+
+def test_server_reports_the_auto_layers(stories260k):
+    from conftest import BINARY
+    from server_process import ServerProcess
+    s = ServerProcess(BINARY, stories260k, "--kv-cache-dtype", "auto:0.05", "--kv-cache-memory", "8MiB")
+    try:
+        _, body = s.get("/v1/models")
+        entry = json.loads(body)["data"][0]
+        assert entry["kv_cache_dtype"] == "auto:0.05"
+        assert entry["kv_cache"].startswith("auto:0.05 (k=")
+        assert len(entry["kv_cache_layers"]) == 5
+    finally:
+        assert s.stop() == 0, "".join(s.log)

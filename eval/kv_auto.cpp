@@ -1,0 +1,120 @@
+#include "eval/kv_auto.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "errors/error.h"
+#include "eval/kl_divergence.h"
+
+namespace tq {
+
+std::optional<double> parse_kv_auto(std::string_view mode) {
+  if (mode == "auto") return kDefaultKvAutoBudget;
+  if (mode.substr(0, 5) != "auto:") return std::nullopt;
+  const std::string text(mode.substr(5));
+  char* end = nullptr;
+  const double budget = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(budget) || !(budget > 0))
+    fail("--kv-cache-dtype {}: the KLD budget '{}' must be a positive number (e.g. auto:0.01)", mode, text);
+  return budget;
+}
+
+KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
+                                    const ShapeCacheFactory& make_cache, const KvAutoOptions& o,
+                                    const std::function<void(const std::string&)>& progress) {
+  const int n = std::min<int>(static_cast<int>(ids.size()), o.ctx);
+  if (n < 64) fail("--kv-cache-dtype auto needs at least 64 tokens of calibration text, got {}", n);
+  KvAutoMeasurement c;
+  for (KvDtype d : o.candidates) {  // the ones this head_dim can be stored as
+    try {
+      check_kv_dtype(d, base.head_dim, false);
+      c.candidates.push_back(d);
+    } catch (const Error&) {
+    }
+  }
+  if (c.candidates.empty()) fail("--kv-cache-dtype auto: no candidate row format can store head_dim {}", base.head_dim);
+  const int L = base.num_layers, C = static_cast<int>(c.candidates.size());
+  const int vocab = model.config().vocab_size;
+  const int blocks = (n + base.block_size - 1) / base.block_size + 1;
+
+  KvCacheShape f32 = base;
+  f32.k_dtype = f32.v_dtype = KvDtype::F32;
+  f32.k_layers.assign(L, KvDtype::F32);
+  f32.v_layers.assign(L, KvDtype::F32);
+  f32.preset.clear();
+  auto run = [&](const KvCacheShape& shape) {
+    std::unique_ptr<KvCache> cache = make_cache(shape, blocks);
+    return window_log_probs(model, *cache, ids.data(), n, 256);
+  };
+  const std::vector<float> ref = run(f32);
+
+  c.k_kld.assign(L, std::vector<double>(C));
+  c.v_kld.assign(L, std::vector<double>(C));
+  c.scale.assign(C, 1.0);
+  for (int l = 0; l < L; ++l) {
+    if (progress) progress(fmt::format("auto: layer {}/{}", l + 1, L));
+    if (base.is_protected(l)) continue;  // stored as protect_dtype whatever is chosen
+    for (int side = 0; side < 2; ++side)
+      for (int k = 0; k < C; ++k) {
+        KvCacheShape one = f32;
+        (side == 0 ? one.k_layers : one.v_layers)[l] = c.candidates[k];
+        (side == 0 ? c.k_kld : c.v_kld)[l][k] = mean_kld(ref, run(one), vocab);
+      }
+  }
+  for (int k = 0; k < C; ++k) {
+    KvCacheShape all = f32;
+    double sum = 0;
+    for (int l = 0; l < L; ++l) {
+      all.k_layers[l] = all.v_layers[l] = c.candidates[k];
+      sum += c.k_kld[l][k] + c.v_kld[l][k];
+    }
+    const double measured = mean_kld(ref, run(all), vocab);
+    c.scale[k] = sum > 0 ? std::max(1.0, measured / sum) : 1.0;
+  }
+  return c;
+}
+
+KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& base, double budget) {
+  const int L = base.num_layers, C = static_cast<int>(c.candidates.size());
+  if (static_cast<int>(c.k_kld.size()) != L || static_cast<int>(c.v_kld.size()) != L || C == 0)
+    fail("--kv-cache-dtype auto: the measurement is for {} layers, the cache has {}", c.k_kld.size(), L);
+  // Greedy downgrades from the largest candidate.
+  std::vector<int> k_at(L, C - 1), v_at(L, C - 1);
+  auto side_kld = [&](int l, int side, int k) { return c.scale[k] * (side == 0 ? c.k_kld : c.v_kld)[l][k]; };
+  double predicted = 0;
+  for (int l = 0; l < L; ++l) predicted += side_kld(l, 0, C - 1) + side_kld(l, 1, C - 1);
+  std::vector<char> frozen(2 * L, 0);
+  for (;;) {
+    int best_l = -1, best_side = 0;
+    double best_rate = std::numeric_limits<double>::infinity(), best_delta = 0;
+    for (int l = 0; l < L; ++l)
+      for (int side = 0; side < 2; ++side) {
+        const int at = side == 0 ? k_at[l] : v_at[l];
+        if (at == 0 || frozen[2 * l + side] || base.is_protected(l)) continue;
+        const double delta = side_kld(l, side, at - 1) - side_kld(l, side, at);
+        const double saved = double(kv_row_bytes(c.candidates[at], base.head_dim)) -
+                             double(kv_row_bytes(c.candidates[at - 1], base.head_dim));
+        const double rate = delta / std::max(saved, 1e-9);
+        if (rate < best_rate) best_rate = rate, best_l = l, best_side = side, best_delta = delta;
+      }
+    if (best_l < 0) break;
+    if (predicted + best_delta > budget) {
+      frozen[2 * best_l + best_side] = 1;  // this side stays; cheaper ones may still fit
+      continue;
+    }
+    predicted += best_delta;
+    --(best_side == 0 ? k_at : v_at)[best_l];
+  }
+  KvAutoChoice choice;
+  choice.predicted_kld = predicted;
+  for (int l = 0; l < L; ++l) {
+    choice.k.push_back(c.candidates[k_at[l]]);
+    choice.v.push_back(c.candidates[v_at[l]]);
+  }
+  return choice;
+}
+
+}  // namespace tq

@@ -1,0 +1,70 @@
+// `--kv-cache-dtype auto[:KLD]`: each layer's K and V row format chosen on the calibration text,
+// the fewest bytes whose predicted mean KL divergence from the f32 cache stays within the budget.
+//
+// Layers differ in how much their cache's error moves the output: on SmolLM2 some layer sides
+// barely notice 2-bit rows while others need 4 (docs/FIDELITY.md, "auto"). The choice measures it:
+// one window of the calibration text (its first `ctx` tokens, positions ctx/2.. scored) runs once
+// with an f32 cache, then once per layer side and candidate format with only that side coded (the
+// rest f32), and once per candidate with every side coded. A configuration's KLD is predicted as
+// the sum of its sides' single-side KLDs, each candidate's sum scaled by the ratio its all-sides
+// run measured (errors of different layers add up a little faster than linearly). Greedy: every
+// side starts at the largest candidate; the downgrade with the least predicted KLD per byte saved
+// is taken while the prediction stays within the budget. All runs use the cache's windows.
+//
+// The choice is a pure function of the model, the text, the windows and the candidates, so every
+// process that starts with the same flags picks the same layers (and the prefix cache and
+// batch invariance hold as for any fixed configuration).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/transformer.h"
+
+namespace tq {
+
+inline constexpr double kDefaultKvAutoBudget = 0.01;
+
+// "auto" → 0.01, "auto:0.02" → 0.02; none when `mode` is not auto; fails naming the problem on a
+// budget that is not a positive finite number.
+std::optional<double> parse_kv_auto(std::string_view mode);
+
+struct KvAutoOptions {
+  double budget = kDefaultKvAutoBudget;
+  int ctx = 512;  // calibration tokens per run
+  // Ascending in bytes; the row formats a side may take (those that cannot store the model's
+  // head_dim are left out).
+  std::vector<KvDtype> candidates = {KvDtype::TQ2H, KvDtype::TQ3H, KvDtype::TQ4H, KvDtype::Q8_0};
+};
+
+// What the calibration text measured (independent of the budget): [layer][candidate] KLD with
+// only that side coded, and per candidate the all-sides KLD over the sum of its single-side KLDs
+// (at least 1).
+struct KvAutoMeasurement {
+  std::vector<KvDtype> candidates;
+  std::vector<std::vector<double>> k_kld, v_kld;
+  std::vector<double> scale;
+};
+
+struct KvAutoChoice {
+  std::vector<KvDtype> k, v;  // per layer
+  double predicted_kld = 0;
+};
+
+// Builds a cache of `shape` with room for `num_blocks` blocks (calibrated like the real one).
+using ShapeCacheFactory = std::function<std::unique_ptr<KvCache>(const KvCacheShape& shape, int num_blocks)>;
+
+// base: the cache's shape (layers, heads, windows); its dtypes are ignored. Fails when the text
+// has fewer than 64 tokens or no candidate can store the model's head_dim. The runs:
+// 1 + layers * 2 * candidates + candidates forwards of options.ctx tokens.
+KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
+                                    const ShapeCacheFactory& make_cache, const KvAutoOptions& options,
+                                    const std::function<void(const std::string&)>& progress = {});
+// The greedy choice within `budget` (base gives the layers, protection and head_dim).
+KvAutoChoice select_kv_layers(const KvAutoMeasurement& m, const KvCacheShape& base, double budget);
+
+}  // namespace tq

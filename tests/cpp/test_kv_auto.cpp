@@ -1,0 +1,113 @@
+// `--kv-cache-dtype auto[:KLD]` (eval/kv_auto.h) on the tiny random Qwen3: the budget parses or
+// fails by name, the choice keeps its prediction within the budget, spends fewer bytes as the
+// budget grows, takes the cheapest format everywhere when anything goes and the largest when
+// nothing does, and its measurement is the same every time.
+#include <gtest/gtest.h>
+
+#include "errors/error.h"
+#include "eval/kv_auto.h"
+#include "model/loader.h"
+
+namespace tq {
+namespace {
+
+struct TinyQwen3 {
+  LoadedModel model = load_model(std::string(TQ_SOURCE_DIR) + "/tests/data/tiny/qwen3-f32", {.dequantize_weights = true});
+  Transformer transformer{model.config, model.weights};
+  std::vector<TokenId> text() const {
+    std::string t;
+    for (int i = 0; i < 10; ++i) t += "Once upon a time, a little dog named Max found a red ball in the big green park. ";
+    return model.tokenizer->encode(t, false);
+  }
+  KvCacheShape shape() const {
+    KvCacheShape s;
+    s.num_layers = model.config.num_layers;
+    s.num_kv_heads = model.config.num_kv_heads;
+    s.head_dim = model.config.head_dim;
+    s.windows.sink_tokens = 4;
+    s.windows.recent_tokens = 8;
+    s.windows.dtype = KvDtype::F16;
+    return s;
+  }
+};
+
+TinyQwen3& tiny() {
+  static TinyQwen3 t;
+  return t;
+}
+
+KvAutoMeasurement measure() {
+  KvAutoOptions o;
+  o.ctx = 128;
+  o.candidates = {KvDtype::TQ2H, KvDtype::TQ4H, KvDtype::Q8_0};
+  const auto factory = [](const KvCacheShape& s, int blocks) { return std::make_unique<KvCache>(s, blocks); };
+  return measure_kv_layers(tiny().transformer, tiny().text(), tiny().shape(), factory, o);
+}
+
+const KvAutoMeasurement& measured() {
+  static const KvAutoMeasurement m = measure();
+  return m;
+}
+
+KvAutoChoice choose(double budget) { return select_kv_layers(measured(), tiny().shape(), budget); }
+
+size_t row_bytes(const KvAutoChoice& c) {
+  size_t b = 0;
+  for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], tiny().model.config.head_dim) + kv_row_bytes(c.v[l], tiny().model.config.head_dim);
+  return b;
+}
+
+TEST(KvAuto, BudgetParsesOrFailsByName) {
+  EXPECT_EQ(parse_kv_auto("auto"), kDefaultKvAutoBudget);
+  EXPECT_EQ(parse_kv_auto("auto:0.05"), 0.05);
+  EXPECT_FALSE(parse_kv_auto("tq4").has_value());
+  EXPECT_FALSE(parse_kv_auto("automatic").has_value());
+  for (const char* bad : {"auto:", "auto:x", "auto:-1", "auto:0", "auto:0.01x", "auto:inf"}) {
+    try {
+      parse_kv_auto(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(KvAuto, ChoiceStaysWithinTheBudgetAndSpendsLessAsItGrows) {
+  const int L = tiny().model.config.num_layers;
+  const KvAutoChoice none = choose(1e-12), some = choose(0.02), any = choose(1e9);
+  for (const KvAutoChoice* c : {&none, &some, &any}) {
+    ASSERT_EQ(static_cast<int>(c->k.size()), L);
+    ASSERT_EQ(static_cast<int>(c->v.size()), L);
+  }
+  for (int l = 0; l < L; ++l) {
+    EXPECT_EQ(none.k[l], KvDtype::Q8_0);
+    EXPECT_EQ(any.k[l], KvDtype::TQ2H);
+    EXPECT_EQ(any.v[l], KvDtype::TQ2H);
+  }
+  EXPECT_LE(some.predicted_kld, 0.02);
+  EXPECT_LE(row_bytes(some), row_bytes(none));
+  EXPECT_GE(row_bytes(some), row_bytes(any));
+  const KvAutoMeasurement& m = measured();
+  for (double s : m.scale) EXPECT_GE(s, 1.0);
+  // Every single-side measurement is a KLD: finite and not negative; q8_0 sides cost the least.
+  for (int l = 0; l < L; ++l)
+    for (const auto* kld : {&m.k_kld[l], &m.v_kld[l]}) {
+      for (double x : *kld) EXPECT_TRUE(x >= 0 && std::isfinite(x));
+      EXPECT_LE(kld->back(), kld->front());
+    }
+  // Measured again from scratch: the same numbers, so the same choice.
+  const KvAutoMeasurement again = measure();
+  EXPECT_EQ(again.k_kld, m.k_kld);
+  EXPECT_EQ(again.v_kld, m.v_kld);
+  EXPECT_EQ(again.scale, m.scale);
+}
+
+TEST(KvAuto, ShortTextFailsClearly) {
+  KvAutoOptions o;
+  const auto factory = [](const KvCacheShape& s, int blocks) { return std::make_unique<KvCache>(s, blocks); };
+  const std::vector<TokenId> ids(10, 1);
+  EXPECT_THROW(measure_kv_layers(tiny().transformer, ids, tiny().shape(), factory, o), Error);
+}
+
+}  // namespace
+}  // namespace tq
