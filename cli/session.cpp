@@ -244,20 +244,22 @@ KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Tr
   std::optional<KvCalibration>& calibrated = reuse ? *reuse : local;
   std::optional<KvAutoMeasurement> local_auto;
   std::optional<KvAutoMeasurement>& measured = reuse_auto ? *reuse_auto : local_auto;
+  const auto factory = [&](const KvCacheShape& s, int blocks) { return make_cache(o, s, blocks, model, tokenizer, &calibrated); };
   if (!measured) {
-    const auto factory = [&](const KvCacheShape& s, int blocks) { return make_cache(o, s, blocks, model, tokenizer, &calibrated); };
     measured = measure_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, KvAutoOptions{}, [](const std::string& p) {
       std::fprintf(stderr, "\r%s", p.c_str());
     });
     std::fprintf(stderr, "\n");
   }
-  const KvAutoChoice choice = select_kv_layers(*measured, shape, *budget);
+  const KvAutoChoice choice =
+      choose_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, *measured, *budget, KvAutoOptions{});
   shape.k_layers = choice.k;
   shape.v_layers = choice.v;
   std::string layers;
   for (const std::string& m : shape.layer_modes()) layers += (layers.empty() ? "" : " ") + m;
-  std::fprintf(stderr, "KV auto: predicted KLD %.4f %s %g on the calibration text; layers (k/v): %s\n",
-               choice.predicted_kld, choice.predicted_kld <= *budget ? "within" : "OVER", *budget, layers.c_str());
+  std::fprintf(stderr, "KV auto: KLD %.4f %s %g on the calibration text (predicted %.4f); layers (k/v): %s\n",
+               choice.measured_kld, choice.measured_kld <= *budget ? "within" : "OVER", *budget, choice.predicted_kld,
+               layers.c_str());
   return shape;
 }
 

@@ -40,21 +40,27 @@ std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const To
   return out;
 }
 
-double mean_kld(const std::vector<float>& ref, const std::vector<float>& got, int vocab) {
+std::vector<double> row_klds(const std::vector<float>& ref, const std::vector<float>& got, int vocab) {
   const int rows = static_cast<int>(ref.size() / vocab);
-  if (rows == 0 || got.size() != ref.size()) fail("mean_kld: {} and {} log-probabilities", ref.size(), got.size());
-  std::vector<double> per_row(rows);
+  if (got.size() != ref.size()) fail("KL divergence of {} against {} log-probabilities", ref.size(), got.size());
+  std::vector<double> out(rows);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; ++r) {
     const float* a = ref.data() + size_t(r) * vocab;
     const float* b = got.data() + size_t(r) * vocab;
     double kl = 0;
     for (int i = 0; i < vocab; ++i) kl += std::exp(double(a[i])) * (double(a[i]) - b[i]);
-    per_row[r] = std::max(0.0, kl);
+    out[r] = std::max(0.0, kl);
   }
+  return out;
+}
+
+double mean_kld(const std::vector<float>& ref, const std::vector<float>& got, int vocab) {
+  const std::vector<double> kl = row_klds(ref, got, vocab);
+  if (kl.empty()) fail("mean KL divergence of no positions");
   double sum = 0;
-  for (double v : per_row) sum += v;
-  return sum / rows;
+  for (double v : kl) sum += v;
+  return sum / kl.size();
 }
 
 namespace {
@@ -103,15 +109,10 @@ KlEvalResult run_kl_eval(Transformer& model, const std::vector<TokenId>& ids, co
     }
     for (size_t m = 0; m < modes.size(); ++m) {
       const std::vector<float> got = window_log_probs(model, *caches[m], win, o.ctx, o.chunk);
-      std::vector<double> kl(n_scored);
+      const std::vector<double> kl = row_klds(ref, got, vocab);
       std::vector<char> same(n_scored);
-#pragma omp parallel for schedule(static)
       for (int r = 0; r < n_scored; ++r) {
-        const float* p = ref.data() + size_t(r) * vocab;
         const float* q = got.data() + size_t(r) * vocab;
-        double s = 0;
-        for (int i = 0; i < vocab; ++i) s += std::exp(double(p[i])) * (double(p[i]) - q[i]);
-        kl[r] = std::max(0.0, s);
         same[r] = (std::max_element(q, q + vocab) - q) == ref_top[r];
       }
       for (int r = 0; r < n_scored; ++r) {

@@ -42,7 +42,9 @@ struct KlEvalOptions {
 // Runs one window of `ctx` tokens through `cache` (prefill chunks of `chunk`) and returns the
 // log-softmax of every scored position: [n_scored, vocab], scored = positions [ctx/2, ctx - 1).
 std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk);
-// Mean over positions of KL(ref || got), both [positions, vocab] log-probabilities.
+// KL(ref || got) of each position (clamped at 0 against rounding), both [positions, vocab]
+// log-probabilities; and their mean.
+std::vector<double> row_klds(const std::vector<float>& ref, const std::vector<float>& got, int vocab);
 double mean_kld(const std::vector<float>& ref, const std::vector<float>& got, int vocab);
 
 // Builds a cache of the given mode with room for `num_blocks` blocks.

@@ -117,4 +117,32 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
   return choice;
 }
 
+KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
+                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m, double budget,
+                              const KvAutoOptions& o) {
+  const int n = std::min<int>(static_cast<int>(ids.size()), o.ctx);
+  if (n < 64) fail("--kv-cache-dtype auto needs at least 64 tokens of calibration text, got {}", n);
+  const int blocks = (n + base.block_size - 1) / base.block_size + 1;
+  const int vocab = model.config().vocab_size;
+  auto run = [&](const std::vector<KvDtype>& k, const std::vector<KvDtype>& v) {
+    KvCacheShape s = base;
+    s.preset.clear();
+    s.k_layers = k;
+    s.v_layers = v;
+    std::unique_ptr<KvCache> cache = make_cache(s, blocks);
+    return window_log_probs(model, *cache, ids.data(), n, 256);
+  };
+  const std::vector<float> ref =
+      run(std::vector<KvDtype>(base.num_layers, KvDtype::F32), std::vector<KvDtype>(base.num_layers, KvDtype::F32));
+  double target = budget;
+  KvAutoChoice choice;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    choice = select_kv_layers(m, base, target);
+    choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
+    if (choice.measured_kld <= budget) break;
+    target *= budget / choice.measured_kld;
+  }
+  return choice;
+}
+
 }  // namespace tq

@@ -53,6 +53,7 @@ struct KvAutoMeasurement {
 struct KvAutoChoice {
   std::vector<KvDtype> k, v;  // per layer
   double predicted_kld = 0;
+  double measured_kld = -1;  // the whole choice run on the calibration text (choose_kv_layers), or -1
 };
 
 // Builds a cache of `shape` with room for `num_blocks` blocks (calibrated like the real one).
@@ -66,5 +67,12 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
                                     const std::function<void(const std::string&)>& progress = {});
 // The greedy choice within `budget` (base gives the layers, protection and head_dim).
 KvAutoChoice select_kv_layers(const KvAutoMeasurement& m, const KvCacheShape& base, double budget);
+
+// select_kv_layers, then the choice run whole on the calibration text (2 more runs); while the KLD
+// measured there exceeds the budget (the scaled single-side sum can underestimate a mixed
+// configuration), the selection is redone with its budget cut by the overshoot, at most 4 times.
+KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
+                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m, double budget,
+                              const KvAutoOptions& options);
 
 }  // namespace tq

@@ -102,6 +102,20 @@ TEST(KvAuto, ChoiceStaysWithinTheBudgetAndSpendsLessAsItGrows) {
   EXPECT_EQ(again.scale, m.scale);
 }
 
+TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
+  const auto factory = [](const KvCacheShape& s, int blocks) { return std::make_unique<KvCache>(s, blocks); };
+  KvAutoOptions o;
+  o.ctx = 128;
+  for (double budget : {0.002, 0.02}) {
+    const KvAutoChoice c = choose_kv_layers(tiny().transformer, tiny().text(), tiny().shape(), factory, measured(), budget, o);
+    ASSERT_GE(c.measured_kld, 0.0);
+    // Within the budget, unless even the largest candidate everywhere is over it.
+    bool all_top = true;
+    for (size_t l = 0; l < c.k.size(); ++l) all_top = all_top && c.k[l] == KvDtype::Q8_0 && c.v[l] == KvDtype::Q8_0;
+    EXPECT_TRUE(c.measured_kld <= budget || all_top) << budget << ": " << c.measured_kld;
+  }
+}
+
 TEST(KvAuto, ShortTextFailsClearly) {
   KvAutoOptions o;
   const auto factory = [](const KvCacheShape& s, int blocks) { return std::make_unique<KvCache>(s, blocks); };
