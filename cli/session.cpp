@@ -121,17 +121,17 @@ KvCacheShape cache_shape_for(const CacheOptions& o, const ModelConfig& c) {
   shape.head_dim = c.head_dim;
   shape.block_size = o.block_size;
   const std::optional<KvPreset> preset = find_kv_preset(o.kv_cache_dtype);
-  const std::optional<double> auto_budget = parse_kv_auto(o.kv_cache_dtype);
+  const std::optional<KvAutoTarget> auto_target = parse_kv_auto(o.kv_cache_dtype);
   KvDtype k = KvDtype::F16, v = KvDtype::F16;
   if (preset) {
     k = preset->k, v = preset->v;
-  } else if (auto_budget) {
+  } else if (auto_target) {
     // Per-layer dtypes come from resolve_cache_shape(); tq4h stands for them until then (it
     // turns the windows on, as every candidate below q8_0 does).
     if (!o.kv_cache_dtype_k.empty() || !o.kv_cache_dtype_v.empty())
       fail("--kv-cache-dtype {} chooses K and V per layer; drop --kv-cache-dtype-k/-v", o.kv_cache_dtype);
     k = v = KvDtype::TQ4H;
-    shape.preset = fmt::format("auto:{:g}", *auto_budget);
+    shape.preset = auto_target->name();
   } else {
     const auto d = parse_kv_dtype(o.kv_cache_dtype);
     if (!d)
@@ -238,8 +238,8 @@ KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Tr
                                  const Tokenizer* tokenizer, std::optional<KvCalibration>* reuse,
                                  std::optional<KvAutoMeasurement>* reuse_auto) {
   KvCacheShape shape = cache_shape_for(o, c);
-  const std::optional<double> budget = parse_kv_auto(o.kv_cache_dtype);
-  if (!budget) return shape;
+  const std::optional<KvAutoTarget> target = parse_kv_auto(o.kv_cache_dtype);
+  if (!target) return shape;
   std::optional<KvCalibration> local;
   std::optional<KvCalibration>& calibrated = reuse ? *reuse : local;
   std::optional<KvAutoMeasurement> local_auto;
@@ -252,14 +252,17 @@ KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Tr
     std::fprintf(stderr, "\n");
   }
   const KvAutoChoice choice =
-      choose_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, *measured, *budget, KvAutoOptions{});
+      choose_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, *measured, *target, KvAutoOptions{});
   shape.k_layers = choice.k;
   shape.v_layers = choice.v;
   std::string layers;
   for (const std::string& m : shape.layer_modes()) layers += (layers.empty() ? "" : " ") + m;
-  std::fprintf(stderr, "KV auto: KLD %.4f %s %g on the calibration text (predicted %.4f); layers (k/v): %s\n",
-               choice.measured_kld, choice.measured_kld <= *budget ? "within" : "OVER", *budget, choice.predicted_kld,
-               layers.c_str());
+  const std::string kept = target->bits > 0 ? fmt::format("at {:.2f} bits per element (budget {:g})",
+                                                         shape.bits_per_element_at(1024), target->bits)
+                                           : fmt::format("{} {:g}", choice.measured_kld <= target->kld ? "within" : "OVER",
+                                                         target->kld);
+  std::fprintf(stderr, "KV auto: KLD %.4f %s on the calibration text (predicted %.4f); layers (k/v): %s\n",
+               choice.measured_kld, kept.c_str(), choice.predicted_kld, layers.c_str());
   return shape;
 }
 

@@ -11,15 +11,26 @@
 
 namespace tq {
 
-std::optional<double> parse_kv_auto(std::string_view mode) {
-  if (mode == "auto") return kDefaultKvAutoBudget;
+std::string KvAutoTarget::name() const { return bits > 0 ? fmt::format("auto:{:g}b", bits) : fmt::format("auto:{:g}", kld); }
+
+std::optional<KvAutoTarget> parse_kv_auto(std::string_view mode) {
+  if (mode == "auto") return KvAutoTarget{};
   if (mode.substr(0, 5) != "auto:") return std::nullopt;
-  const std::string text(mode.substr(5));
+  std::string text(mode.substr(5));
+  const bool bits = !text.empty() && text.back() == 'b';
+  if (bits) text.pop_back();
   char* end = nullptr;
-  const double budget = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(budget) || !(budget > 0))
-    fail("--kv-cache-dtype {}: the KLD budget '{}' must be a positive number (e.g. auto:0.01)", mode, text);
-  return budget;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || !(value > 0))
+    fail("--kv-cache-dtype {}: the {} budget '{}' must be a positive number (e.g. auto:0.01, or auto:3.5b for bits "
+         "per element)", mode, bits ? "bits" : "KLD", text);
+  KvAutoTarget t;
+  if (bits) {
+    t.bits = value;
+  } else {
+    t.kld = value;
+  }
+  return t;
 }
 
 KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
@@ -77,7 +88,7 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
   return c;
 }
 
-KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& base, double budget) {
+KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& base, const KvAutoTarget& target) {
   const int L = base.num_layers, C = static_cast<int>(c.candidates.size());
   if (static_cast<int>(c.k_kld.size()) != L || static_cast<int>(c.v_kld.size()) != L || C == 0)
     fail("--kv-cache-dtype auto: the measurement is for {} layers, the cache has {}", c.k_kld.size(), L);
@@ -87,7 +98,14 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
   double predicted = 0;
   for (int l = 0; l < L; ++l) predicted += side_kld(l, 0, C - 1) + side_kld(l, 1, C - 1);
   std::vector<char> frozen(2 * L, 0);
+  auto bits_at_1024 = [&] {
+    KvCacheShape s = base;
+    s.k_layers.clear(), s.v_layers.clear();
+    for (int l = 0; l < L; ++l) s.k_layers.push_back(c.candidates[k_at[l]]), s.v_layers.push_back(c.candidates[v_at[l]]);
+    return s.bits_per_element_at(1024);
+  };
   for (;;) {
+    if (target.bits > 0 && bits_at_1024() <= target.bits) break;
     int best_l = -1, best_side = 0;
     double best_rate = std::numeric_limits<double>::infinity(), best_delta = 0;
     for (int l = 0; l < L; ++l)
@@ -101,7 +119,7 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
         if (rate < best_rate) best_rate = rate, best_l = l, best_side = side, best_delta = delta;
       }
     if (best_l < 0) break;
-    if (predicted + best_delta > budget) {
+    if (target.bits <= 0 && predicted + best_delta > target.kld) {
       frozen[2 * best_l + best_side] = 1;  // this side stays; cheaper ones may still fit
       continue;
     }
@@ -118,8 +136,8 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
 }
 
 KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
-                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m, double budget,
-                              const KvAutoOptions& o) {
+                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m,
+                              const KvAutoTarget& target, const KvAutoOptions& o) {
   const int n = std::min<int>(static_cast<int>(ids.size()), o.ctx);
   if (n < 64) fail("--kv-cache-dtype auto needs at least 64 tokens of calibration text, got {}", n);
   const int blocks = (n + base.block_size - 1) / base.block_size + 1;
@@ -134,13 +152,13 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   };
   const std::vector<float> ref =
       run(std::vector<KvDtype>(base.num_layers, KvDtype::F32), std::vector<KvDtype>(base.num_layers, KvDtype::F32));
-  double target = budget;
+  KvAutoTarget aim = target;
   KvAutoChoice choice;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    choice = select_kv_layers(m, base, target);
+    choice = select_kv_layers(m, base, aim);
     choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
-    if (choice.measured_kld <= budget) break;
-    target *= budget / choice.measured_kld;
+    if (target.bits > 0 || choice.measured_kld <= target.kld) break;
+    aim.kld *= target.kld / choice.measured_kld;
   }
   return choice;
 }

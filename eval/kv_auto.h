@@ -1,5 +1,6 @@
 // `--kv-cache-dtype auto[:KLD]`: each layer's K and V row format chosen on the calibration text,
-// the fewest bytes whose predicted mean KL divergence from the f32 cache stays within the budget.
+// the fewest bytes whose predicted mean KL divergence from the f32 cache stays within the budget;
+// `auto:<B>b`: the least predicted KLD within B bits per element at 1024 tokens (windows included).
 //
 // Layers differ in how much their cache's error moves the output: on SmolLM2 some layer sides
 // barely notice 2-bit rows while others need 4 (docs/FIDELITY.md, "auto"). The choice measures it:
@@ -29,12 +30,18 @@ namespace tq {
 
 inline constexpr double kDefaultKvAutoBudget = 0.01;
 
-// "auto" → 0.01, "auto:0.02" → 0.02; none when `mode` is not auto; fails naming the problem on a
-// budget that is not a positive finite number.
-std::optional<double> parse_kv_auto(std::string_view mode);
+// What the choice keeps to: a KLD budget, or (bits > 0) bits per element at 1024 tokens.
+struct KvAutoTarget {
+  double kld = kDefaultKvAutoBudget;
+  double bits = 0;
+  std::string name() const;  // "auto:0.01", "auto:3.5b"
+};
+
+// "auto" → KLD 0.01, "auto:0.02" → KLD 0.02, "auto:3.5b" → 3.5 bits; none when `mode` is not
+// auto; fails naming the problem on a budget that is not a positive finite number.
+std::optional<KvAutoTarget> parse_kv_auto(std::string_view mode);
 
 struct KvAutoOptions {
-  double budget = kDefaultKvAutoBudget;
   int ctx = 512;  // calibration tokens per run
   // Ascending in bytes; the row formats a side may take (those that cannot store the model's
   // head_dim are left out).
@@ -65,14 +72,17 @@ using ShapeCacheFactory = std::function<std::unique_ptr<KvCache>(const KvCacheSh
 KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
                                     const ShapeCacheFactory& make_cache, const KvAutoOptions& options,
                                     const std::function<void(const std::string&)>& progress = {});
-// The greedy choice within `budget` (base gives the layers, protection and head_dim).
-KvAutoChoice select_kv_layers(const KvAutoMeasurement& m, const KvCacheShape& base, double budget);
+// The greedy choice within the target (base gives the layers, protection, head_dim and windows):
+// downgrades while the prediction stays within a KLD budget, or until the bits per element at
+// 1024 tokens are within a bits budget (all at the smallest candidate when even that is over).
+KvAutoChoice select_kv_layers(const KvAutoMeasurement& m, const KvCacheShape& base, const KvAutoTarget& target);
 
-// select_kv_layers, then the choice run whole on the calibration text (2 more runs); while the KLD
-// measured there exceeds the budget (the scaled single-side sum can underestimate a mixed
-// configuration), the selection is redone with its budget cut by the overshoot, at most 4 times.
+// select_kv_layers, then the choice run whole on the calibration text (2 more runs); for a KLD
+// budget, while the KLD measured there exceeds it (the scaled single-side sum can underestimate a
+// mixed configuration), the selection is redone with the budget cut by the overshoot, at most 4
+// times.
 KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
-                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m, double budget,
-                              const KvAutoOptions& options);
+                              const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m,
+                              const KvAutoTarget& target, const KvAutoOptions& options);
 
 }  // namespace tq

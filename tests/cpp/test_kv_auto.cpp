@@ -49,7 +49,11 @@ const KvAutoMeasurement& measured() {
   return m;
 }
 
-KvAutoChoice choose(double budget) { return select_kv_layers(measured(), tiny().shape(), budget); }
+KvAutoChoice choose(double budget) {
+  KvAutoTarget t;
+  t.kld = budget;
+  return select_kv_layers(measured(), tiny().shape(), t);
+}
 
 size_t row_bytes(const KvAutoChoice& c) {
   size_t b = 0;
@@ -58,11 +62,14 @@ size_t row_bytes(const KvAutoChoice& c) {
 }
 
 TEST(KvAuto, BudgetParsesOrFailsByName) {
-  EXPECT_EQ(parse_kv_auto("auto"), kDefaultKvAutoBudget);
-  EXPECT_EQ(parse_kv_auto("auto:0.05"), 0.05);
+  EXPECT_EQ(parse_kv_auto("auto")->kld, kDefaultKvAutoBudget);
+  EXPECT_EQ(parse_kv_auto("auto:0.05")->kld, 0.05);
+  EXPECT_EQ(parse_kv_auto("auto:3.5b")->bits, 3.5);
+  EXPECT_EQ(parse_kv_auto("auto:3.5b")->name(), "auto:3.5b");
+  EXPECT_EQ(parse_kv_auto("auto")->name(), "auto:0.01");
   EXPECT_FALSE(parse_kv_auto("tq4").has_value());
   EXPECT_FALSE(parse_kv_auto("automatic").has_value());
-  for (const char* bad : {"auto:", "auto:x", "auto:-1", "auto:0", "auto:0.01x", "auto:inf"}) {
+  for (const char* bad : {"auto:", "auto:x", "auto:-1", "auto:0", "auto:0.01x", "auto:inf", "auto:b", "auto:0b"}) {
     try {
       parse_kv_auto(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -107,13 +114,36 @@ TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
   KvAutoOptions o;
   o.ctx = 128;
   for (double budget : {0.002, 0.02}) {
-    const KvAutoChoice c = choose_kv_layers(tiny().transformer, tiny().text(), tiny().shape(), factory, measured(), budget, o);
+    KvAutoTarget t;
+    t.kld = budget;
+    const KvAutoChoice c = choose_kv_layers(tiny().transformer, tiny().text(), tiny().shape(), factory, measured(), t, o);
     ASSERT_GE(c.measured_kld, 0.0);
     // Within the budget, unless even the largest candidate everywhere is over it.
     bool all_top = true;
     for (size_t l = 0; l < c.k.size(); ++l) all_top = all_top && c.k[l] == KvDtype::Q8_0 && c.v[l] == KvDtype::Q8_0;
     EXPECT_TRUE(c.measured_kld <= budget || all_top) << budget << ": " << c.measured_kld;
   }
+}
+
+TEST(KvAuto, BitsBudgetIsKeptWithTheLeastPredictedKld) {
+  KvCacheShape base = tiny().shape();
+  const auto bits = [&](const KvAutoChoice& c) {
+    KvCacheShape s = base;
+    s.k_layers = c.k, s.v_layers = c.v;
+    return s.bits_per_element_at(1024);
+  };
+  double last_kld = -1;
+  for (double budget : {9.0, 6.0, 4.0, 3.0}) {
+    KvAutoTarget t;
+    t.bits = budget;
+    const KvAutoChoice c = select_kv_layers(measured(), base, t);
+    EXPECT_LE(bits(c), budget);
+    EXPECT_GE(c.predicted_kld, last_kld);  // fewer bits, no less error
+    last_kld = c.predicted_kld;
+  }
+  KvAutoTarget tiny_bits;
+  tiny_bits.bits = 0.5;  // below the smallest candidate: everything at tq2h
+  for (KvDtype d : select_kv_layers(measured(), base, tiny_bits).k) EXPECT_EQ(d, KvDtype::TQ2H);
 }
 
 TEST(KvAuto, ShortTextFailsClearly) {

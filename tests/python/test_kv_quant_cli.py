@@ -174,6 +174,11 @@ def test_auto_chooses_each_layer_within_its_budget_and_reports_it(tqserve, stori
         assert f"KV cache: {mode} (k=" in size
         return int(size.split(" bytes/token")[0].rsplit(" ", 1)[1])
     assert run("auto:1") <= run("auto:0.001")
+    # A bits budget: the least predicted KLD within 6 bits per element at 1024 tokens (head_dim 8: a
+    # tq4h row is 6 bits with its fp16 norm, the f16 window copies add 0.44).
+    proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "auto:6b", "-p", "Once", "-n", "4")
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("KV auto:"))
+    assert float(line.split(" at ")[1].split()[0]) <= 6, line
     proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "auto:zero", "-p", "Once", check=False)
     assert proc.returncode != 0 and "budget 'zero'" in proc.stderr
 
