@@ -9,17 +9,39 @@
 
 namespace tq {
 
-std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk) {
+std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk,
+                                    LayerInputs* record, const LayerInputs* resume, int first_layer) {
   const int vocab = model.config().vocab_size;
   const int first = ctx / 2, n_scored = ctx - 1 - first;
+  const int64_t hidden = model.config().hidden_size;
+  if (resume && (first_layer <= 0 || first_layer >= static_cast<int>(resume->size()) ||
+                 (*resume)[first_layer].size() < size_t(ctx) * hidden))
+    fail("window_log_probs: no recorded states of {} positions entering layer {}", ctx, first_layer);
   BlockTable table;
   if (!cache.reserve(table, ctx)) fail("eval kl: the cache cannot hold a window of {} tokens", ctx);
   std::vector<float> out(size_t(n_scored) * vocab), logits;
+  if (record) {
+    record->assign(model.config().num_layers, {});
+    model.set_layer_input_observer([record, hidden](int layer, int n, const float* x) {
+      (*record)[layer].insert((*record)[layer].end(), x, x + n * hidden);
+    });
+  }
+  struct ObserverOff {
+    Transformer& m;
+    bool on;
+    ~ObserverOff() {
+      if (on) m.set_layer_input_observer({});
+    }
+  } off{model, record != nullptr};
   for (int start = 0; start < ctx; start += chunk) {
     ForwardBatch batch;
     const int end = std::min(ctx, start + chunk);
     for (int p = start; p < end; ++p) batch.add(ids[p], p, &table, p >= first && p < ctx - 1);
-    model.forward(batch, cache, logits);
+    if (resume) {
+      model.forward_from(first_layer, (*resume)[first_layer].data() + start * hidden, batch, cache, logits);
+    } else {
+      model.forward(batch, cache, logits);
+    }
     int row = 0;
     for (int p = start; p < end; ++p) {
       if (p < first || p >= ctx - 1) continue;

@@ -39,9 +39,17 @@ struct KlEvalOptions {
   int max_windows = 0;  // 0: every full window of the text
 };
 
+// Hidden states entering each layer over a window's positions: [layer][ctx * hidden].
+using LayerInputs = std::vector<std::vector<float>>;
+
 // Runs one window of `ctx` tokens through `cache` (prefill chunks of `chunk`) and returns the
 // log-softmax of every scored position: [n_scored, vocab], scored = positions [ctx/2, ctx - 1).
-std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk);
+// record: also keeps the hidden states entering every layer. resume (with first_layer > 0): runs
+// only layers first_layer.. on the states recorded by an earlier run of the same window whose
+// cache held the same rows in the layers before (Transformer::forward_from; the same results).
+std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const TokenId* ids, int ctx, int chunk,
+                                    LayerInputs* record = nullptr, const LayerInputs* resume = nullptr,
+                                    int first_layer = 0);
 // KL(ref || got) of each position (clamped at 0 against rounding), both [positions, vocab]
 // log-probabilities; and their mean.
 std::vector<double> row_klds(const std::vector<float>& ref, const std::vector<float>& got, int vocab);

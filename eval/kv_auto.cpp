@@ -56,11 +56,17 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
   f32.k_layers.assign(L, KvDtype::F32);
   f32.v_layers.assign(L, KvDtype::F32);
   f32.preset.clear();
-  auto run = [&](const KvCacheShape& shape) {
+  // A run coding layer side l alone has the reference's hidden states up to layer l, so it resumes
+  // there (half the layers on average).
+  LayerInputs inputs;
+  auto run = [&](const KvCacheShape& shape, int first_layer = 0) {
     std::unique_ptr<KvCache> cache = make_cache(shape, blocks);
-    return window_log_probs(model, *cache, ids.data(), n, 256);
+    return window_log_probs(model, *cache, ids.data(), n, 256, nullptr, first_layer > 0 ? &inputs : nullptr, first_layer);
   };
-  const std::vector<float> ref = run(f32);
+  const std::vector<float> ref = [&] {
+    std::unique_ptr<KvCache> cache = make_cache(f32, blocks);
+    return window_log_probs(model, *cache, ids.data(), n, 256, &inputs);
+  }();
 
   c.k_kld.assign(L, std::vector<double>(C));
   c.v_kld.assign(L, std::vector<double>(C));
@@ -72,7 +78,7 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
       for (int k = 0; k < C; ++k) {
         KvCacheShape one = f32;
         (side == 0 ? one.k_layers : one.v_layers)[l] = c.candidates[k];
-        (side == 0 ? c.k_kld : c.v_kld)[l][k] = mean_kld(ref, run(one), vocab);
+        (side == 0 ? c.k_kld : c.v_kld)[l][k] = mean_kld(ref, run(one, l), vocab);
       }
   }
   for (int k = 0; k < C; ++k) {

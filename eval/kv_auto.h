@@ -6,7 +6,8 @@
 // barely notice 2-bit rows while others need 4 (docs/FIDELITY.md, "auto"). The choice measures it:
 // one window of the calibration text (its first `ctx` tokens, positions ctx/2.. scored) runs once
 // with an f32 cache, then once per layer side and candidate format with only that side coded (the
-// rest f32), and once per candidate with every side coded. A configuration's KLD is predicted as
+// rest f32; these resume at their layer from the f32 run's hidden states), and once per candidate
+// with every side coded. A configuration's KLD is predicted as
 // the sum of its sides' single-side KLDs, each candidate's sum scaled by the ratio its all-sides
 // run measured (errors of different layers add up a little faster than linearly). Greedy: every
 // side starts at the largest candidate; the downgrade with the least predicted KLD per byte saved

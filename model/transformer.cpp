@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "errors/error.h"
@@ -42,8 +43,28 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
 
   for (int t = 0; t < T; ++t)  // x = embedding[token]
     linear_row(weights_.token_embedding, batch.tokens[t], buf_.x.data() + t * hidden);
+  run_layers(0, batch, cache, logits);
+}
 
-  for (int l = 0; l < config_.num_layers; ++l) {
+void Transformer::forward_from(int first_layer, const float* x, const ForwardBatch& batch, KvCache& cache,
+                               std::vector<float>& logits) {
+  const int T = batch.size();
+  if (first_layer < 0 || first_layer >= config_.num_layers)
+    fail("forward_from: layer {} is not one of the model's {}", first_layer, config_.num_layers);
+  if (T == 0) {
+    logits.clear();
+    return;
+  }
+  buf_.reserve(config_, T);
+  std::copy_n(x, size_t(T) * config_.hidden_size, buf_.x.data());
+  run_layers(first_layer, batch, cache, logits);
+}
+
+void Transformer::run_layers(int first_layer, const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits) {
+  const int T = batch.size();
+  const int64_t hidden = config_.hidden_size, vocab = config_.vocab_size;
+  for (int l = first_layer; l < config_.num_layers; ++l) {
+    if (layer_input_observer_) layer_input_observer_(l, T, buf_.x.data());
     LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_, observer_ ? &observer_ : nullptr};
     switch (config_.arch) {
       case Architecture::Llama: llama_layer(ctx); break;

@@ -68,6 +68,17 @@ class Transformer {
   // Runs the batch; K/V of every token are stored in `cache` at the slots its table gives.
   // logits: [batch.logit_rows.size(), vocab]. Throws tq::Error on an id outside the vocabulary.
   void forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
+  // The same from layer `first_layer` on, with x [batch.size(), hidden] as the hidden states
+  // entering it (what forward() had there): layers before it neither run nor touch the cache.
+  // Results equal forward()'s bit for bit when x and the earlier layers' cache are what forward()
+  // would have had (eval/kv_auto.h re-runs later layers only this way).
+  void forward_from(int first_layer, const float* x, const ForwardBatch& batch, KvCache& cache,
+                    std::vector<float>& logits);
+  // Copies the hidden states entering every layer of every later forward() to `observer`
+  // (layer, batch size, x [n_tokens, hidden]); empty: none.
+  void set_layer_input_observer(std::function<void(int layer, int n_tokens, const float* x)> observer) {
+    layer_input_observer_ = std::move(observer);
+  }
 
   // Calls `observer` in every layer of every later forward() (empty: none).
   void set_attention_observer(AttentionObserver observer) { observer_ = std::move(observer); }
@@ -78,6 +89,9 @@ class Transformer {
   std::vector<float> rope_inv_freq_;
   ForwardBuffers buf_;
   AttentionObserver observer_;
+  std::function<void(int layer, int n_tokens, const float* x)> layer_input_observer_;
+
+  void run_layers(int first_layer, const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
 };
 
 }  // namespace tq

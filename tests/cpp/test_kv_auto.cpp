@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "errors/error.h"
+#include "eval/kl_divergence.h"
 #include "eval/kv_auto.h"
 #include "model/loader.h"
 
@@ -144,6 +145,33 @@ TEST(KvAuto, BitsBudgetIsKeptWithTheLeastPredictedKld) {
   KvAutoTarget tiny_bits;
   tiny_bits.bits = 0.5;  // below the smallest candidate: everything at tq2h
   for (KvDtype d : select_kv_layers(measured(), base, tiny_bits).k) EXPECT_EQ(d, KvDtype::TQ2H);
+}
+
+// The single-side runs resume at their layer from the reference run's hidden states: the same
+// log-probabilities as running every layer, bit for bit.
+TEST(KvAuto, ResumingAtALayerChangesNothing) {
+  const std::vector<TokenId> ids = tiny().text();
+  const int ctx = 96, L = tiny().model.config.num_layers;
+  KvCacheShape f32 = tiny().shape();
+  f32.k_dtype = f32.v_dtype = KvDtype::F32;
+  LayerInputs inputs;
+  {
+    KvCache cache(f32, 8);
+    window_log_probs(tiny().transformer, cache, ids.data(), ctx, 40, &inputs);  // chunks of 40: resumes mid-window too
+  }
+  ASSERT_EQ(static_cast<int>(inputs.size()), L);
+  for (int l = 1; l < L; ++l) {
+    KvCacheShape one = f32;
+    one.k_layers.assign(L, KvDtype::F32);
+    one.v_layers.assign(L, KvDtype::F32);
+    one.k_layers[l] = KvDtype::TQ2H;
+    KvCache full_cache(one, 8), resumed_cache(one, 8);
+    const std::vector<float> full = window_log_probs(tiny().transformer, full_cache, ids.data(), ctx, 40);
+    const std::vector<float> resumed = window_log_probs(tiny().transformer, resumed_cache, ids.data(), ctx, 40, nullptr, &inputs, l);
+    EXPECT_EQ(full, resumed) << "layer " << l;
+  }
+  KvCache cache(f32, 8);
+  EXPECT_THROW(window_log_probs(tiny().transformer, cache, ids.data(), ctx, 40, nullptr, &inputs, 0), Error);
 }
 
 TEST(KvAuto, ShortTextFailsClearly) {
