@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "errors/error.h"
+#include "model/token_ids.h"
 
 namespace tq {
 
@@ -47,7 +48,7 @@ void EngineCore::add_request(std::unique_ptr<Request> r) {
   const int vocab = model_.config().vocab_size;
   if (r->num_prompt_tokens == 0) fail("the prompt is empty: give at least one token");
   for (TokenId id : r->prompt())
-    if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary (size {})", id, vocab);
+    if (!token_id_in_vocab(id, vocab)) fail("{}", token_id_outside_vocab("prompt token id", id, vocab));
   if (r->num_prompt_tokens >= config_.max_model_len)
     fail("the prompt has {} tokens but the context length is {}: it must leave room for at least one new token",
          r->num_prompt_tokens, config_.max_model_len);

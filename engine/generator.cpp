@@ -6,6 +6,7 @@
 
 #include "engine/stop_matcher.h"
 #include "errors/error.h"
+#include "model/token_ids.h"
 
 namespace tq {
 namespace {
@@ -39,7 +40,7 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
   const int n_ctx = context_length();
   if (prompt.empty()) fail("the prompt is empty: give at least one token");
   for (TokenId id : prompt)
-    if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary (size {})", id, vocab);
+    if (!token_id_in_vocab(id, vocab)) fail("{}", token_id_outside_vocab("prompt token id", id, vocab));
   if (static_cast<int>(prompt.size()) >= n_ctx)
     fail("the prompt has {} tokens but the context length is {}: it must leave room for at least one new token",
          prompt.size(), n_ctx);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "errors/error.h"
+#include "model/token_ids.h"
 
 namespace tq {
 
@@ -20,9 +21,8 @@ bool ranks_before(const T& a, const T& b) {
 }
 
 void check_token_id(int32_t id, size_t vocab, const char* which) {
-  if (id < 0 || static_cast<size_t>(id) >= vocab) {
-    fail("{} token id {} is outside the vocabulary [0, {})", which, id, vocab);
-  }
+  if (!token_id_in_vocab(id, static_cast<int64_t>(vocab)))
+    fail("{}", token_id_outside_vocab(std::string(which) + " token id", id, static_cast<int64_t>(vocab)));
 }
 
 // Argmax with ties going to the lowest id (strict '>' keeps the first maximum). No sort.

@@ -5,6 +5,7 @@
 
 #include "errors/error.h"
 #include "kernels/norm.h"
+#include "model/token_ids.h"
 
 namespace tq {
 
@@ -38,7 +39,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
     return;
   }
   for (TokenId id : batch.tokens)
-    if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary (size {})", id, vocab);
+    if (!token_id_in_vocab(id, vocab)) fail("{}", token_id_outside_vocab("token id", id, vocab));
   buf_.reserve(config_, T);
 
   for (int t = 0; t < T; ++t)  // x = embedding[token]

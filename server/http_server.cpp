@@ -12,6 +12,7 @@
 
 #include "engine/chat_prompt.h"
 #include "errors/error.h"
+#include "model/token_ids.h"
 #include "server/chat_page.h"
 #include "server/completion_job.h"
 #include "server/http_guard.h"
@@ -295,9 +296,8 @@ void HttpServer::install_routes() {
       if (!body.contains("tokens") || !body["tokens"].is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
       std::vector<TokenId> ids;
       for (const json& t : body["tokens"]) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.vocab_size)
-          throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", t.dump(), model_.vocab_size - 1),
-                            "tokens");
+        if (!t.is_number_integer() || !token_id_in_vocab(t.get<int64_t>(), model_.vocab_size))
+          throw bad_request(token_id_outside_vocab("token id", t.dump(), model_.vocab_size), "tokens");
         ids.push_back(t.get<TokenId>());
       }
       res.set_content(dump_json({{"prompt", model_.tokenizer->decode(ids, false)}}), "application/json");

@@ -8,6 +8,7 @@
 
 #include "engine/chat_prompt.h"
 #include "errors/error.h"
+#include "model/token_ids.h"
 
 namespace tq {
 
@@ -67,8 +68,7 @@ void check_model(const json& body, const ServedModel& m) {
 
 void check_token_ids(const std::vector<TokenId>& ids, const ServedModel& m, const char* param) {
   for (TokenId id : ids)
-    if (id < 0 || id >= m.vocab_size)
-      throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", id, m.vocab_size - 1), param);
+    if (!token_id_in_vocab(id, m.vocab_size)) throw bad_request(token_id_outside_vocab("token id", id, m.vocab_size), param);
 }
 
 // OpenAI fields tqserve does not implement: refused by name rather than silently ignored
@@ -158,8 +158,7 @@ void parse_common(const json& body, const ServedModel& m, const RequestLimits& l
       // Range-check before narrowing: 2^40 must not wrap to a valid id.
       const double v = e.get<double>();
       if (v < 0 || v >= m.vocab_size)
-        throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", e.dump(), m.vocab_size - 1),
-                          "stop_token_ids");
+        throw bad_request(token_id_outside_vocab("token id", e.dump(), m.vocab_size), "stop_token_ids");
       p.stop_token_ids.push_back(e.get<int32_t>());
     }
     check_token_ids(p.stop_token_ids, m, "stop_token_ids");
@@ -217,8 +216,7 @@ std::vector<TokenId> ids_from_json(const json& a, const ServedModel& m) {
   for (const json& e : a) {
     if (!e.is_number_integer()) throw bad_request("'prompt' token lists must hold integers", "prompt");
     const int64_t v = e.get<int64_t>();
-    if (v < 0 || v >= m.vocab_size)
-      throw bad_request(fmt::format("token id {} is outside the vocabulary (0..{})", v, m.vocab_size - 1), "prompt");
+    if (!token_id_in_vocab(v, m.vocab_size)) throw bad_request(token_id_outside_vocab("token id", v, m.vocab_size), "prompt");
     ids.push_back(static_cast<TokenId>(v));
   }
   return ids;
