@@ -188,6 +188,9 @@ CacheFactory factory(const CacheOptions& base, Session& s) {
   auto auto_measurement = std::make_shared<std::optional<KvAutoMeasurement>>();
   return [&base, &s, calibration, auto_measurement](const std::string& mode, int blocks) {
     const EvalMode m = mode_options(base, mode);
+    // auto measures its choice with the windows it will run with, which @windows would change after.
+    if (m.windows && parse_kv_auto(m.options.kv_cache_dtype))
+      fail("eval mode '{}': auto modes take the windows of --kv-sink-tokens/--kv-recent-tokens, not @windows", mode);
     KvCacheShape shape = resolve_cache_shape(m.options, s.model.config, *s.transformer, s.model.tokenizer.get(),
                                              calibration.get(), auto_measurement.get());
     if (m.windows) shape.windows = *m.windows;

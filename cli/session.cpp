@@ -245,14 +245,15 @@ KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Tr
   std::optional<KvAutoMeasurement> local_auto;
   std::optional<KvAutoMeasurement>& measured = reuse_auto ? *reuse_auto : local_auto;
   const auto factory = [&](const KvCacheShape& s, int blocks) { return make_cache(o, s, blocks, model, tokenizer, &calibrated); };
+  const std::vector<TokenId> ids = calibration_ids(o, tokenizer);  // read and tokenized once for both steps
   if (!measured) {
-    measured = measure_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, KvAutoOptions{}, [](const std::string& p) {
+    measured = measure_kv_layers(model, ids, shape, factory, KvAutoOptions{}, [](const std::string& p) {
       std::fprintf(stderr, "\r%s", p.c_str());
     });
     std::fprintf(stderr, "\n");
   }
   const KvAutoChoice choice =
-      choose_kv_layers(model, calibration_ids(o, tokenizer), shape, factory, *measured, *target, KvAutoOptions{});
+      choose_kv_layers(model, ids, shape, factory, *measured, *target, KvAutoOptions{});
   shape.k_layers = choice.k;
   shape.v_layers = choice.v;
   std::string layers;

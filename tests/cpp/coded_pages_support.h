@@ -202,4 +202,17 @@ inline float relative_diff(const std::vector<float>& a, const std::vector<float>
   return mag > 0 ? diff / mag : diff;
 }
 
+// The three kernel entry points on the arguments `args(out)` builds: the exact scalar kernel and
+// the default one within 1e-5 of `ref`, the fast-decode scalar one bit-identical to the exact one.
+template <class MakeArgs>
+void expect_kernels_match(const MakeArgs& args, const std::vector<float>& ref) {
+  std::vector<float> scalar(ref.size()), fast(ref.size()), best(ref.size());
+  paged_attention_coded_scalar(args(scalar.data()));
+  paged_attention_coded_scalar_fast_decode(args(fast.data()));
+  paged_attention_coded(args(best.data()));
+  EXPECT_LE(relative_diff(scalar, ref), 1e-5f);
+  EXPECT_EQ(0, std::memcmp(scalar.data(), fast.data(), scalar.size() * sizeof(float)));
+  EXPECT_LE(relative_diff(best, ref), 1e-5f);
+}
+
 }  // namespace tq::coded_test
