@@ -271,10 +271,8 @@ bool GuardedHttpServer::headers_complete() { return t_stream ? t_stream->headers
 size_t GuardedHttpServer::longest_header_line() { return t_stream ? t_stream->longest_line() : 0; }
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
-  if (active_.fetch_add(1) >= limits_.max_connections) {
-    // Not served, so it holds no slot while its 503 is sent and the socket lingers.
-    active_.fetch_sub(1);
-    refuse(sock);
+  if (!claim_slot()) {
+    refuse(sock);  // holds no slot while its 503 is sent and the socket lingers
     return false;
   }
   bool ret = false;
@@ -298,7 +296,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   }
   // The slot is free once the last response is out: a client that reads it and connects again
   // at once must not find its old connection still counted while this one lingers or closes.
-  active_.fetch_sub(1);
+  release_slot();
   if (faulted) {
     graceful_close(sock, 200);
   } else {
@@ -306,6 +304,23 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     ::close(sock);
   }
   return ret;
+}
+
+bool GuardedHttpServer::claim_slot() {
+  std::unique_lock lock(slot_mutex_);
+  if (!slot_freed_.wait_for(lock, std::chrono::milliseconds(kSlotGraceMs),
+                            [&] { return active_.load() < limits_.max_connections; }))
+    return false;
+  active_.fetch_add(1);
+  return true;
+}
+
+void GuardedHttpServer::release_slot() {
+  {
+    std::lock_guard lock(slot_mutex_);
+    active_.fetch_sub(1);
+  }
+  slot_freed_.notify_one();
 }
 
 void GuardedHttpServer::refuse(socket_t sock) {

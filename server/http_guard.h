@@ -18,9 +18,11 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 namespace tq {
 
@@ -67,11 +69,19 @@ class GuardedHttpServer : public httplib::Server {
 
  private:
   bool process_and_close_socket(socket_t sock) override;
+  // Takes a connection slot, waiting up to kSlotGraceMs for one: a client that reads its response
+  // and connects again at once can arrive before the thread that served it has given its slot back.
+  bool claim_slot();
+  void release_slot();
   void refuse(socket_t sock);
+
+  static constexpr int kSlotGraceMs = 250;
 
   HttpGuardLimits limits_;
   std::function<void()> on_refused_;
-  std::atomic<int> active_{0};
+  std::atomic<int> active_{0};  // changed under slot_mutex_; read without it for metrics
+  std::mutex slot_mutex_;
+  std::condition_variable slot_freed_;
   std::shared_ptr<std::atomic<int>> worker_threads_ = std::make_shared<std::atomic<int>>(0);
 };
 
