@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/session.h"
 #include "errors/error.h"
+#include "kv/block_pool.h"
 
 namespace tq {
 namespace {
@@ -92,8 +93,10 @@ int run_bench_decode(const BenchDecodeFlags& f) {
     std::optional<KvCalibration> calibration;
     auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
                             (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);
-    BlockTable table;
-    if (!cache->reserve(table, total)) fail("bench decode: the KV cache cannot hold {} tokens", total);
+    BlockPool pool(*cache);
+    ScopedBlockTable sequence(pool);
+    if (!sequence.allocate(total)) fail("bench decode: the KV cache cannot hold {} tokens", total);
+    BlockTable& table = sequence.table();
     int position = 0;
     for (int ctx : contexts) {
       const int prefilled_from = position;
@@ -126,7 +129,6 @@ int run_bench_decode(const BenchDecodeFlags& f) {
       std::fflush(stdout);
       rows.push_back(row);
     }
-    cache->release(table);
   }
   if (f.json) std::printf("%s\n", nlohmann::json{{"model", m.path}, {"rows", rows}}.dump().c_str());
   return 0;

@@ -35,8 +35,7 @@ EngineCore::EngineCore(Transformer& model, KvCache& cache, const Tokenizer* toke
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
       config_(config),
-      pool_(cache.num_blocks(), cache.shape().block_size, cache.shape().describe(), config.enable_prefix_caching,
-            cache.window_store(), cache.shape().windows),
+      pool_(cache, config.enable_prefix_caching),
       scheduler_(config.scheduler, pool_) {
   const int pool_tokens = cache.num_blocks() * cache.shape().block_size;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(model.config().max_position, pool_tokens);

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "errors/error.h"
+#include "kv/block_pool.h"
 #include "kv/kv_presets.h"
 
 namespace tq {
@@ -159,8 +160,10 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
   shape.head_dim = d;
   shape.k_dtype = shape.v_dtype = KvDtype::F32;
   KvCache cache(shape, (n_run + 15) / 16);
-  BlockTable table;
-  if (!cache.reserve(table, n_run)) fail("KV calibration: cannot reserve {} tokens", n_run);
+  BlockPool pool(cache);
+  ScopedBlockTable sequence(pool);
+  if (!sequence.allocate(n_run)) fail("KV calibration: cannot reserve {} tokens", n_run);
+  const BlockTable& table = sequence.table();
   // Query energy per layer, KV head and channel, summed over the head's query group.
   std::vector<std::vector<std::vector<double>>> q_energy(c.num_layers, std::vector<std::vector<double>>(H, std::vector<double>(d)));
   // Channel spectra: every query, [layer][position][num_heads*d] (positions in forward order).
@@ -258,7 +261,6 @@ KvCalibration calibrate_kv(Transformer& model, const std::vector<TokenId>& ids, 
   if (!o.center_keys) cal.affine.k_mean.clear();
   if (!o.center_values) cal.affine.v_mean.clear();
   if (!o.scale_keys) cal.affine.k_scale.clear();
-  cache.release(table);
   return cal;
 }
 

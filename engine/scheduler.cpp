@@ -22,8 +22,7 @@ int Scheduler::tokens_to_compute(const Request& r, int budget) {
 }
 
 void Scheduler::preempt(Request* request) {
-  pool_.release(request->table);
-  request->hashes.hashes.clear();
+  pool_.free(request->table, request->hashes);
   request->num_computed = 0;
   request->status = RequestStatus::waiting;
   ++request->num_preemptions;
@@ -71,9 +70,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     const int n = tokens_to_compute(*r, budget);
     if (!pool_.allocate(r->table, r->num_computed + n)) {
-      pool_.release(r->table);  // give the shared prefix back; try again next step
+      pool_.free(r->table, r->hashes);  // give the shared prefix back; try again next step
       r->num_computed = 0;
-      r->hashes.hashes.clear();
       break;
     }
     waiting_.pop_front();
@@ -89,8 +87,7 @@ SchedulerOutput Scheduler::schedule() {
 void Scheduler::remove(Request* request) {
   running_.erase(std::remove(running_.begin(), running_.end(), request), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), request), waiting_.end());
-  pool_.release(request->table);
-  request->hashes.hashes.clear();
+  pool_.free(request->table, request->hashes);
 }
 
 std::vector<const BlockTable*> Scheduler::tables() const {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "errors/error.h"
+#include "kv/block_pool.h"
 
 namespace tq {
 
@@ -17,8 +18,10 @@ std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const To
   if (resume && (first_layer <= 0 || first_layer >= static_cast<int>(resume->size()) ||
                  (*resume)[first_layer].size() < size_t(ctx) * hidden))
     fail("window_log_probs: no recorded states of {} positions entering layer {}", ctx, first_layer);
-  BlockTable table;
-  if (!cache.reserve(table, ctx)) fail("eval kl: the cache cannot hold a window of {} tokens", ctx);
+  BlockPool pool(cache);
+  ScopedBlockTable sequence(pool);
+  if (!sequence.allocate(ctx)) fail("eval kl: the cache cannot hold a window of {} tokens", ctx);
+  const BlockTable& table = sequence.table();
   std::vector<float> out(size_t(n_scored) * vocab), logits;
   if (record) {
     record->assign(model.config().num_layers, {});
@@ -49,7 +52,6 @@ std::vector<float> window_log_probs(Transformer& model, KvCache& cache, const To
       ++row;
     }
   }
-  cache.release(table);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n_scored; ++r) {
     float* l = out.data() + size_t(r) * vocab;

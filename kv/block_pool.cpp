@@ -21,9 +21,16 @@ BlockPool::BlockPool(int num_blocks, int block_size, const std::string& salt, bo
       window_spec_(window_spec) {
   if (num_blocks <= 0 || block_size <= 0)
     fail("block pool needs positive block count and size (got {} blocks of {})", num_blocks, block_size);
-  if (windows_ && (window_spec.coded_from > 0 || window_spec.coded_to < INT_MAX || window_spec.coded_last > 0))
-    fail("block pool: the coded-range restrictions of eval kl --breakdown are not for serving");
   for (int b = 0; b < num_blocks; ++b) blocks_[b].in_queue = free_queue_.insert(free_queue_.end(), b);
+}
+
+BlockPool::BlockPool(KvCache& cache, bool enable_prefix_caching)
+    : BlockPool(cache.num_blocks(), cache.shape().block_size, cache.shape().describe(), enable_prefix_caching,
+                cache.window_store(), cache.shape().windows) {}
+
+void BlockPool::check_serving_windows() const {
+  if (windows_ && (window_spec_.coded_from > 0 || window_spec_.coded_to < INT_MAX || window_spec_.coded_last > 0))
+    fail("block pool: the coded-range restrictions of eval kl --breakdown are not for serving");
 }
 
 uint64_t BlockPool::chain_hash(uint64_t parent, std::span<const TokenId> block_tokens) const {
@@ -73,6 +80,7 @@ bool BlockPool::windows_attached(const BlockTable& table, int position) const {
 
 void BlockPool::release_old_windows(BlockTable& table, int next_position) {
   if (!windows_) return;
+  check_serving_windows();
   const int n = static_cast<int>(table.blocks.size());
   int& first = table.first_window_block;
   first = std::max(first, sink_blocks());
@@ -85,6 +93,7 @@ int BlockPool::acquire_cached_prefix(std::span<const TokenId> tokens, BlockTable
   if (!table.blocks.empty()) fail("block pool: prefix lookup into a table that already holds blocks");
   hashes.hashes.clear();
   if (!enable_caching_ || tokens.empty()) return 0;
+  check_serving_windows();
   const int full = static_cast<int>(tokens.size()) / block_size_;
   extend_hashes(tokens, full, hashes);
   // At least one token must be computed, so a prompt that is all full blocks leaves its last.
@@ -151,12 +160,12 @@ void BlockPool::cache_full_blocks(std::span<const TokenId> tokens, int num_compu
   }
 }
 
-void BlockPool::release(BlockTable& table) {
+void BlockPool::free(BlockTable& table) {
   if (windows_) for_window_users(table, [&](int block) { windows_->drop_user(block); });
   table.first_window_block = 0;
   for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
     Block& b = blocks_[*it];
-    if (b.ref_count <= 0) fail("block pool: block {} released more often than taken", *it);
+    if (b.ref_count <= 0) fail("block pool: block {} freed more often than taken", *it);
     if (--b.ref_count == 0) {
       // Cached blocks wait at the back for a later hit; uncached ones are handed out first.
       b.in_queue = b.has_hash ? free_queue_.insert(free_queue_.end(), *it) : free_queue_.insert(free_queue_.begin(), *it);
@@ -164,6 +173,11 @@ void BlockPool::release(BlockTable& table) {
   }
   table.blocks.clear();
   table.num_tokens = 0;
+}
+
+void BlockPool::free(BlockTable& table, BlockHashes& hashes) {
+  free(table);
+  hashes.hashes.clear();
 }
 
 void BlockPool::reset_prefix_cache() {

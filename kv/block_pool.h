@@ -15,7 +15,10 @@
 // prefix-cache hit is cut back to the longest run whose needed windows are still attached, so a
 // query reads the same full-precision rows whether its prefix was hit or computed.
 //
-// Single-threaded: the engine's step loop is its only user.
+// The only allocator of a cache's blocks: the serving engine's, and (with prefix caching off)
+// every single-sequence user's: calibration, eval, tests.
+//
+// Single-threaded: the engine's step loop (or the single-sequence user) is its only user.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -46,6 +49,9 @@ class BlockPool {
   BlockPool(int num_blocks, int block_size, const std::string& salt, bool enable_prefix_caching = true,
             KvWindowStore* windows = nullptr, const KvWindows& window_spec = {});
 
+  // The pool of `cache`'s blocks, salted with its KV mode, with its window blocks.
+  explicit BlockPool(KvCache& cache, bool enable_prefix_caching = false);
+
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   // Blocks no sequence holds (cached or not): what allocate() can hand out.
@@ -69,7 +75,8 @@ class BlockPool {
   bool allocate(BlockTable& table, int num_tokens);
 
   // Windows: drops the table's window users on blocks that no query from `next_position` on
-  // reads at full precision (the sink blocks are kept).
+  // reads at full precision (the sink blocks are kept). Not for eval kl --breakdown's coded
+  // ranges (a single-sequence user keeps every window block and never calls it).
   void release_old_windows(BlockTable& table, int next_position);
 
   // Registers the blocks of `table` that `num_computed` tokens fill completely (K/V written) in
@@ -77,8 +84,10 @@ class BlockPool {
   void cache_full_blocks(std::span<const TokenId> tokens, int num_computed, const BlockTable& table,
                          BlockHashes& hashes);
 
-  // Drops the table's references (last block first) and empties it.
-  void release(BlockTable& table);
+  // Drops the table's references (last block first) and empties it; with `hashes`, forgets the
+  // sequence's hash chain too (it is recomputed if the sequence comes back).
+  void free(BlockTable& table);
+  void free(BlockTable& table, BlockHashes& hashes);
 
   // Forgets every cached block that no sequence holds (vLLM's reset_prefix_cache).
   void reset_prefix_cache();
@@ -107,6 +116,9 @@ class BlockPool {
   template <class F>
   void for_window_users(const BlockTable& table, F&& f) const;
   void evict_hash(int block);  // forget a free block's hash before it is reused
+  // Throws when the windows restrict the coded rows to a range (eval kl --breakdown): the
+  // serving calls assume the default windows.
+  void check_serving_windows() const;
 
   int num_blocks_, block_size_;
   uint64_t salt_;
@@ -117,6 +129,24 @@ class BlockPool {
   PrefixCacheStats stats_;
   KvWindowStore* windows_ = nullptr;
   KvWindows window_spec_;
+};
+
+// A single-sequence user's block table, given back to its pool when it goes out of scope (also
+// when an exception leaves it), so the cache's window blocks keep no stale users.
+class ScopedBlockTable {
+ public:
+  explicit ScopedBlockTable(BlockPool& pool) : pool_(pool) {}
+  ~ScopedBlockTable() { pool_.free(table_); }
+  ScopedBlockTable(const ScopedBlockTable&) = delete;
+  ScopedBlockTable& operator=(const ScopedBlockTable&) = delete;
+
+  // Grows the table to hold `num_tokens` (BlockPool::allocate).
+  bool allocate(int num_tokens) { return pool_.allocate(table_, num_tokens); }
+  BlockTable& table() { return table_; }
+
+ private:
+  BlockPool& pool_;
+  BlockTable table_;
 };
 
 }  // namespace tq

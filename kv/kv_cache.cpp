@@ -50,25 +50,6 @@ int checked_block_count(int num_blocks) {
 }
 }  // namespace
 
-BlockAllocator::BlockAllocator(int num_blocks) : num_blocks_(checked_block_count(num_blocks)), in_use_(num_blocks_, 0) {
-  free_.reserve(num_blocks);
-  for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
-}
-
-int BlockAllocator::allocate() {
-  if (free_.empty()) return -1;
-  const int block = free_.back();
-  free_.pop_back();
-  in_use_[block] = 1;
-  return block;
-}
-
-void BlockAllocator::release(int block) {
-  if (block < 0 || block >= num_blocks_ || !in_use_[block]) fail("KV block {} released twice or never allocated", block);
-  in_use_[block] = 0;
-  free_.push_back(block);
-}
-
 size_t KvCacheShape::layer_bytes_per_token(int layer) const {
   return static_cast<size_t>(num_kv_heads) *
          (kv_row_bytes(k_dtype_of(layer), head_dim) + kv_row_bytes(v_dtype_of(layer), head_dim));
@@ -143,7 +124,7 @@ std::string KvCacheShape::describe() const {
 
 KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options,
                  const OutlierPartition& outliers, const KvAffine& affine, const KvChannelCodings& channels)
-    : shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)), allocator_(num_blocks) {
+    : shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.block_size <= 0)
     fail("KV cache shape needs positive layers, KV heads and block size (got {}, {}, {})", shape.num_layers,
          shape.num_kv_heads, shape.block_size);
@@ -214,37 +195,6 @@ void KvCache::prefault() {
   std::memset(k_arena_.get(), 0, k_bytes_);
   std::memset(v_arena_.get(), 0, v_bytes_);
   if (window_arena_) std::memset(window_arena_.get(), 0, window_bytes_);
-}
-
-bool KvCache::reserve(BlockTable& table, int num_tokens) {
-  const int needed = (num_tokens + shape_.block_size - 1) / shape_.block_size;
-  const size_t had = table.blocks.size();
-  while (static_cast<int>(table.blocks.size()) < needed) {
-    int block = allocator_.allocate();
-    if (block >= 0 && window_store_ && !window_store_->attach(block)) {
-      allocator_.release(block);
-      block = -1;
-    }
-    if (block < 0) {
-      while (table.blocks.size() > had) {
-        if (window_store_) window_store_->drop_user(table.blocks.back());
-        allocator_.release(table.blocks.back());
-        table.blocks.pop_back();
-      }
-      return false;
-    }
-    table.blocks.push_back(block);
-  }
-  return true;
-}
-
-void KvCache::release(BlockTable& table) {
-  for (int32_t block : table.blocks) {
-    if (window_store_) window_store_->drop_user(block);
-    allocator_.release(block);
-  }
-  table.blocks.clear();
-  table.num_tokens = 0;
 }
 
 void KvCache::write(int layer, const BlockTable& table, int position, const float* k, const float* v) {

@@ -4,6 +4,7 @@
 // each layer's K or V dtype (quantized rows live in the same block pool; protected layers keep
 // full precision), so a block id means the same token slots in every layer. A sequence owns
 // a BlockTable; token t of it lives in block table[t / block_size] at offset t % block_size.
+// The cache is storage only: which blocks are free is kv/block_pool.h's business, its one allocator.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -75,21 +76,6 @@ struct KvCacheShape {
   std::vector<std::string> layer_modes() const;
 };
 
-// Free list of block ids. Lowest ids first, so runs are reproducible.
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int num_blocks);
-  int allocate();  // -1 when none is free
-  void release(int block);
-  int num_free() const { return static_cast<int>(free_.size()); }
-  int num_blocks() const { return num_blocks_; }
-
- private:
-  int num_blocks_;
-  std::vector<int> free_;  // stack; back() is the next to hand out
-  std::vector<uint8_t> in_use_;
-};
-
 struct BlockTable {
   std::vector<int32_t> blocks;
   int num_tokens = 0;  // tokens whose K/V are (or are being) stored
@@ -119,7 +105,6 @@ class KvCache {
   const KvCacheShape& shape() const { return shape_; }
   const KvQuantOptions& options() const { return options_; }
   int num_blocks() const { return num_blocks_; }
-  BlockAllocator& allocator() { return allocator_; }
   size_t total_bytes() const { return k_bytes_ + v_bytes_ + window_bytes_; }
   // Writes every page of the arenas (zeros) so the whole cache is resident now. The arenas come
   // from the allocator untouched, so without this the process grows page by page as blocks are
@@ -127,11 +112,6 @@ class KvCache {
   // of at startup). The server calls it once after sizing the cache (engine/kv_budget.h).
   void prefault();
 
-  // Grow `table` so it can hold `num_tokens` tokens, each new block with a window block while
-  // windows are on. False (table unchanged) when the pool is out of blocks. (The serving engine
-  // allocates through kv/block_pool.h instead.)
-  bool reserve(BlockTable& table, int num_tokens);
-  void release(BlockTable& table);
   // Window blocks (null without windows): which data blocks have one.
   KvWindowStore* window_store() { return window_store_ ? &*window_store_ : nullptr; }
   const KvWindowStore* window_store() const { return window_store_ ? &*window_store_ : nullptr; }
@@ -188,7 +168,6 @@ class KvCache {
   Arena k_arena_;
   Arena v_arena_;
   Arena window_arena_;  // fp16 rows of quantized sides; empty without windows
-  BlockAllocator allocator_;
 };
 
 }  // namespace tq

@@ -26,7 +26,7 @@ struct KvWindows {
   int coded_last = 0;       // > 0: only rows (p - coded_last, p] may be coded
   KvDtype dtype = KvDtype::F16;  // how window rows are kept (in storage space): f16 or q8_0
   // Window blocks the cache allocates (kv/kv_window_store.h); 0: one per data block, which a
-  // cache filled through KvCache::reserve() needs. Not part of the mode: describe() omits it.
+  // single-sequence user (who never drops old windows) needs. Not part of the mode: describe() omits it.
   int window_blocks = 0;
 
   bool any() const { return sink_tokens > 0 || recent_tokens > 0 || coded_from > 0 || coded_to < INT_MAX || coded_last > 0; }

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "model/transformer.h"
 
@@ -18,8 +19,9 @@ inline void expect_logits_independent_of_batch(Transformer& model, KvCache& cach
                                                const std::vector<std::vector<TokenId>>& prompts, int vocab,
                                                unsigned seed, int max_chunk) {
   const int n = static_cast<int>(prompts.size());
+  BlockPool pool(cache);
   std::vector<BlockTable> tables(n);
-  for (int i = 0; i < n; ++i) ASSERT_TRUE(cache.reserve(tables[i], int(prompts[i].size()) + 1));
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(pool.allocate(tables[i], int(prompts[i].size()) + 1));
   // Sequence 0 alone, one token at a time.
   std::vector<std::vector<float>> alone;
   std::vector<float> logits;
@@ -48,7 +50,7 @@ inline void expect_logits_independent_of_batch(Transformer& model, KvCache& cach
           << "position " << p + k << " in a batch of " << b.size();
     p += chunk;
   }
-  for (auto& t : tables) cache.release(t);
+  for (auto& t : tables) pool.free(t);
 }
 
 }  // namespace tq::test

@@ -4,6 +4,7 @@
 // partial allocation, and refuses with the sizes when even that fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "engine/kv_budget.h"
@@ -44,11 +45,33 @@ TEST(BlockPool, FullBlocksAreSharedAndTheLastTokenIsAlwaysComputed) {
   EXPECT_EQ(pool.acquire_cached_prefix(seq(8), c, hc), 4);
   EXPECT_EQ(pool.stats().queries, 10u + 10u + 8u);
   EXPECT_EQ(pool.stats().hits, 8u + 4u);
-  pool.release(a);
-  pool.release(b);
-  pool.release(c);
+  pool.free(a);
+  pool.free(b);
+  pool.free(c);
   check(pool, {});
   EXPECT_EQ(pool.num_free(), 8);
+}
+
+TEST(BlockPool, AllocationIsAllOrNothingAndEveryBlockIsHandedOutOnce) {
+  KvCache cache({2, 2, 8, 4, KvDtype::F32, KvDtype::F32}, 3);
+  BlockPool pool(cache);
+  BlockTable a, b;
+  ASSERT_TRUE(pool.allocate(a, 9));  // 3 blocks of 4
+  std::vector<int32_t> ids(a.blocks.begin(), a.blocks.end());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FALSE(pool.allocate(b, 1));
+  EXPECT_TRUE(b.blocks.empty());
+  const BlockTable stale = a;
+  pool.free(a);
+  EXPECT_EQ(pool.num_free(), 3);
+  BlockTable twice = stale;
+  EXPECT_THROW(pool.free(twice), Error);  // freed once already
+  ASSERT_TRUE(pool.allocate(b, 2));
+  EXPECT_FALSE(pool.allocate(b, 13));  // would need 4 blocks: keeps the one it had
+  EXPECT_EQ(b.blocks.size(), 1u);
+  pool.free(b);
+  check(pool, {});
 }
 
 TEST(BlockPool, ADifferentModeOrPrefixDoesNotMatch) {
@@ -70,16 +93,16 @@ TEST(BlockPool, ADifferentModeOrPrefixDoesNotMatch) {
     BlockTable v;
     BlockHashes hv;
     EXPECT_EQ(p->acquire_cached_prefix(later, v, hv), 4);
-    p->release(v);
-    p->release(t);
+    p->free(v);
+    p->free(t);
   }
   BlockHashes a, b;
   BlockTable ta, tb;
   f16.acquire_cached_prefix(tokens, ta, a, false);
   tq4.acquire_cached_prefix(tokens, tb, b, false);
   EXPECT_NE(a.hashes[0], b.hashes[0]);  // the mode salts the chain
-  f16.release(ta);
-  tq4.release(tb);
+  f16.free(ta);
+  tq4.free(tb);
 }
 
 TEST(BlockPool, FreeCachedBlocksAreEvictedOldestFirstAndHeldOnesNever) {
@@ -90,7 +113,7 @@ TEST(BlockPool, FreeCachedBlocksAreEvictedOldestFirstAndHeldOnesNever) {
   pool.acquire_cached_prefix(ta, a, ha);
   ASSERT_TRUE(pool.allocate(a, 5));  // 3 blocks
   pool.cache_full_blocks(ta, 5, a, ha);
-  pool.release(a);  // 2 cached blocks free (tail first), 1 uncached free
+  pool.free(a);  // 2 cached blocks free (tail first), 1 uncached free
   EXPECT_EQ(pool.num_cached(), 2);
   pool.acquire_cached_prefix(tb, b, hb);
   // 3 blocks: the two uncached ones, then ta's second block (freed before its first).
@@ -102,8 +125,8 @@ TEST(BlockPool, FreeCachedBlocksAreEvictedOldestFirstAndHeldOnesNever) {
   EXPECT_FALSE(pool.allocate(b, 7));  // a 4th block: none is free (the last is held by `again`)
   EXPECT_EQ(b.blocks.size(), 3u);     // unchanged
   check(pool, {&b, &again});
-  pool.release(b);
-  pool.release(again);
+  pool.free(b);
+  pool.free(again);
   pool.reset_prefix_cache();
   EXPECT_EQ(pool.num_cached(), 0);
   check(pool, {});

@@ -255,8 +255,9 @@ TEST(EngineCore, PromptLogprobsEqualAPlainForwardPass) {
 
   // Reference: one forward over the whole prompt, log-softmax in double.
   auto ref_cache = tiny().make_cache(32);
+  BlockPool ref_pool(*ref_cache);
   BlockTable table;
-  ASSERT_TRUE(ref_cache->reserve(table, int(prompt.size())));
+  ASSERT_TRUE(ref_pool.allocate(table, int(prompt.size())));
   ForwardBatch batch;
   for (size_t i = 0; i < prompt.size(); ++i) batch.add(prompt[i], int(i), &table, true);
   std::vector<float> logits;
@@ -272,7 +273,7 @@ TEST(EngineCore, PromptLogprobsEqualAPlainForwardPass) {
     ASSERT_EQ(lp[i].top.size(), 2u);
     EXPECT_GE(lp[i].top[0].second, lp[i].top[1].second);
   }
-  ref_cache->release(table);
+  ref_pool.free(table);
 }
 
 }  // namespace

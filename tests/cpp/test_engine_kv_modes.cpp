@@ -152,7 +152,7 @@ TEST_P(EngineKvModes, OutputsEqualEachRequestAloneBatchedChunkedPreemptedAndFrom
 
 TEST_P(EngineKvModes, LogitsDoNotDependOnBatchComposition) {
   KvMode mode = GetParam();
-  mode.windows.window_blocks = 0;  // reserve() gives every block a window block
+  mode.windows.window_blocks = 0;  // the test holds every window block (it never drops old windows)
   auto cache = make_cache(mode, 64);
   const auto ps = prompts();
   test::expect_logits_independent_of_batch(qwen3().transformer, *cache, {ps[0], ps[1], ps[2], ps[3]},

@@ -13,6 +13,7 @@
 #include "errors/error.h"
 #include "kernels/attention_coded.h"
 #include "kernels/attention_fp.h"
+#include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 
 namespace tq {
@@ -55,8 +56,9 @@ std::vector<float> cached_attention(const Data& x, KvDtype dtype, const KvAffine
   shape.num_layers = 1, shape.num_kv_heads = kKvHeads, shape.head_dim = kD;
   shape.k_dtype = shape.v_dtype = dtype;
   KvCache cache(shape, kCtx / 16 + 1, KvQuantOptions{}, OutlierPartition{}, affine);
+  BlockPool pool(cache);
   BlockTable table;
-  EXPECT_TRUE(cache.reserve(table, kCtx));
+  EXPECT_TRUE(pool.allocate(table, kCtx));
   for (int t = 0; t < kCtx; ++t)
     cache.write(0, table, t, &x.k[size_t(t) * kKvHeads * kD], &x.v[size_t(t) * kKvHeads * kD]);
   const int group = kQHeads / kKvHeads;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kv/block_pool.h"
 #include "model/loader.h"
 #include "model/transformer.h"
 #include "test_tokenizer_support.h"
@@ -31,8 +32,9 @@ uint64_t logits_hash(KvDtype dtype, bool interleave_weights = true) {
   Transformer model(m.config, m.weights);
   const ModelConfig& c = m.config;
   KvCache cache(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim, 16, dtype, dtype}, 8);
+  BlockPool pool(cache);
   BlockTable table;
-  EXPECT_TRUE(cache.reserve(table, 64));
+  EXPECT_TRUE(pool.allocate(table, 64));
   std::vector<TokenId> ids;
   for (int i = 0; i < 40; ++i) ids.push_back(static_cast<TokenId>((i * 7919 + 17) % 49152));
   uint64_t h = 1469598103934665603ull;
@@ -44,7 +46,7 @@ uint64_t logits_hash(KvDtype dtype, bool interleave_weights = true) {
     model.forward(batch, cache, logits);
     h = fnv1a(logits, h);
   }
-  cache.release(table);
+  pool.free(table);
   return h;
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/coded_row.h"
 #include "kernels/dequantize.h"
 #include "kernels/rope.h"
+#include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_row_codec.h"
@@ -268,9 +269,10 @@ TEST(KvQuantizedCache, EveryRowKeepsItsNorm) {
         opts.rotation = rot;
         opts.scale_mode = TqScaleMode::norm_corrected;  // the mode whose decoded norm is exact
         KvCache cache(KvCacheShape{layers, heads, d, 16, dtype, dtype}, 8, opts);
+        BlockPool pool(cache);
         BlockTable other, table;
-        ASSERT_TRUE(cache.reserve(other, 20));  // so this sequence's blocks are not 0, 1, 2
-        ASSERT_TRUE(cache.reserve(table, n_tokens));
+        ASSERT_TRUE(pool.allocate(other, 20));  // so this sequence's blocks are not 0, 1, 2
+        ASSERT_TRUE(pool.allocate(table, n_tokens));
         std::vector<std::vector<std::vector<float>>> ks(layers), vs(layers);  // [layer][position][heads * d]
         for (int l = 0; l < layers; ++l) {
           for (int t = 0; t < n_tokens; ++t) {
@@ -463,9 +465,10 @@ TEST(KvQuantizedCache, ProtectedLayersAndAttentionOverPages) {
     EXPECT_NO_THROW(cache.k_pages(0));
     EXPECT_THROW(cache.k_pages(1), Error);
 
+    BlockPool pool(cache);
     BlockTable other, table;
-    ASSERT_TRUE(cache.reserve(other, 9));
-    ASSERT_TRUE(cache.reserve(table, n_tokens));
+    ASSERT_TRUE(pool.allocate(other, 9));
+    ASSERT_TRUE(pool.allocate(table, n_tokens));
     for (int l = 0; l < layers; ++l) {
       std::vector<float> k_read(size_t(n_tokens) * heads * d), v_read(k_read.size());  // [n_ctx, heads, d]
       for (int t = 0; t < n_tokens; ++t) {
@@ -591,8 +594,9 @@ double cache_key_error(KvDtype dtype, const OutlierPartition& parts, const std::
                        int heads, int d) {
   const int n = int(keys.size());
   KvCache cache(KvCacheShape{1, heads, d, 16, dtype, dtype}, (n + 15) / 16, KvQuantOptions{}, parts);
+  BlockPool pool(cache);
   BlockTable table;
-  EXPECT_TRUE(cache.reserve(table, n));
+  EXPECT_TRUE(pool.allocate(table, n));
   std::vector<float> k(size_t(heads) * d), v(k.size());
   double sum = 0;
   for (int t = 0; t < n; ++t) {

@@ -72,10 +72,10 @@ TEST(BlockPoolWindows, UsersFollowTheSequenceAndHitsNeedTheirWindows) {
   EXPECT_EQ(pool.acquire_cached_prefix(tokens, b, hb), 20);
   tables.push_back(&b);
   pool.check_consistency(tables);
-  pool.release(b);
+  pool.free(b);
   tables.pop_back();
 
-  pool.release(a);
+  pool.free(a);
 }
 
 TEST(BlockPoolWindows, AHitIsCutBackWhereItsWindowsWereHandedOn) {
@@ -90,7 +90,7 @@ TEST(BlockPoolWindows, AHitIsCutBackWhereItsWindowsWereHandedOn) {
   pool.cache_full_blocks(tokens, 22, a, ha);
   pool.release_old_windows(a, 22);  // blocks 1-3 unused (longest), then 0, 4, 5 when released
   const std::vector<int32_t> a_blocks = a.blocks;
-  pool.release(a);
+  pool.free(a);
   // 5 new blocks: a's uncached last block first (it keeps its window block), then 4 more that take
   // the one free window block and those of a's blocks 1, 2 and 3.
   pool.acquire_cached_prefix(other, x, hx);
@@ -110,8 +110,8 @@ TEST(BlockPoolWindows, AHitIsCutBackWhereItsWindowsWereHandedOn) {
   EXPECT_EQ(store.num_available(), 1);  // a's block 4's
   EXPECT_FALSE(pool.allocate(y, 12));
   EXPECT_TRUE(y.blocks.empty());
-  pool.release(x);
-  pool.release(b);
+  pool.free(x);
+  pool.free(b);
   tables.clear();
   pool.check_consistency(tables);
 }

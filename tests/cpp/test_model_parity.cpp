@@ -12,6 +12,7 @@
 
 #include "engine/generator.h"
 #include "errors/error.h"
+#include "kv/block_pool.h"
 #include "model/loader.h"
 #include "model/transformer.h"
 
@@ -47,8 +48,9 @@ std::vector<Checkpoint> all_checkpoints() {
 std::vector<std::vector<float>> prompt_logits(Transformer& model, const ModelConfig& c, const std::vector<TokenId>& ids,
                                               int chunk, int block_size, KvDtype dtype = KvDtype::F32) {
   KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim, block_size, dtype, dtype}, 512 / block_size + 1);
+  BlockPool pool(cache);
   BlockTable table;
-  EXPECT_TRUE(cache.reserve(table, static_cast<int>(ids.size())));
+  EXPECT_TRUE(pool.allocate(table, static_cast<int>(ids.size())));
   std::vector<std::vector<float>> rows;
   std::vector<float> logits;
   for (size_t start = 0; start < ids.size(); start += chunk) {
@@ -59,7 +61,7 @@ std::vector<std::vector<float>> prompt_logits(Transformer& model, const ModelCon
       rows.emplace_back(logits.begin() + static_cast<size_t>(r) * c.vocab_size,
                         logits.begin() + static_cast<size_t>(r + 1) * c.vocab_size);
   }
-  cache.release(table);
+  pool.free(table);
   return rows;
 }
 
