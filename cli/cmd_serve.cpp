@@ -8,6 +8,8 @@
 #include <cerrno>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -94,6 +96,11 @@ int run_serve(ServeFlags& f) {
     http_thread.join();
     signal_thread.join();
   };
+
+  // Tests hold the server in its loading state until they create this file, so what it answers
+  // while loading is checked without racing the load.
+  if (const char* gate = std::getenv("TQSERVE_TEST_LOADING_GATE"))
+    while (!stopping && access(gate, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 
   std::unique_ptr<Session> session;
   std::unique_ptr<KvCache> cache;

@@ -1,5 +1,6 @@
 """Starts `tqserve serve` on a free loopback port for a test and stops it (SIGTERM, exit 0 checked)."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -10,9 +11,10 @@ import urllib.request
 
 
 class ServerProcess:
-    def __init__(self, binary, *args, startup_timeout=180, wait_healthy=True):
+    def __init__(self, binary, *args, startup_timeout=180, wait_healthy=True, env=None):
         self.proc = subprocess.Popen([str(binary), "serve", "--port", "0", *map(str, args)],
-                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.log = []
         self.port = None
         ready = threading.Event()

@@ -10,7 +10,10 @@ from server_process import ServerProcess
 
 
 def chromium_driver():
-    webdriver = pytest.importorskip("selenium.webdriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        pytest.fail("selenium is needed (scripts/setup.sh installs it)")
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")

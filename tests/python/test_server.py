@@ -306,16 +306,18 @@ def test_sigterm_finishes_in_flight_requests(smollm2):
     assert any("finishing in-flight requests" in line for line in s.log)
 
 
-def test_health_is_503_while_loading(smollm2):
-    # tq3.5 calibrates its outlier channels (an f32 prefill) before the engine starts: the socket
-    # is open well before the API.
-    s = ServerProcess(BINARY, smollm2, "--kv-cache-dtype", "tq3.5", "--kv-cache-memory", "64MiB",
-                      "--max-model-len", "1024", wait_healthy=False)
+def test_health_is_503_while_loading(smollm2, tmp_path):
+    # The socket is open before the model loads; the test holds the load (TQSERVE_TEST_LOADING_GATE)
+    # until it has seen the loading answers, then lets it finish.
+    gate = tmp_path / "loading-gate"
+    s = ServerProcess(BINARY, smollm2, "--kv-cache-dtype", "tq3", "--kv-cache-memory", "64MiB",
+                      "--max-model-len", "1024", wait_healthy=False, env={"TQSERVE_TEST_LOADING_GATE": str(gate)})
     try:
         status, _ = s.get("/health")
         assert status == 503
         status, body = s.get("/v1/models")
         assert status == 503 and json.loads(body)["error"]["message"] == "the model is still loading"
+        gate.touch()
         s.wait_healthy()
         assert s.get("/health")[0] == 200
     finally:
