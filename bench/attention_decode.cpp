@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,8 +45,9 @@ Fixture& fixture(const std::string& mode, int ctx, int d) {
   KvQuantOptions o;
   o.rotation = RotationKind::hadamard;
   f.cache = std::make_unique<KvCache>(shape, ctx / kBlock + 1, o);
-  if (!f.cache->reserve(f.table, ctx)) std::abort();
-  // Blocks in a scrambled order, as a long-running server's pool hands them out.
+  // Every block, in a scrambled order, as a long-running server's pool hands them out.
+  f.table.blocks.resize((ctx + kBlock - 1) / kBlock);
+  std::iota(f.table.blocks.begin(), f.table.blocks.end(), 0);
   std::mt19937 rng(ctx + d);
   std::shuffle(f.table.blocks.begin(), f.table.blocks.end(), rng);
   std::normal_distribution<float> normal;

