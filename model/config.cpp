@@ -5,25 +5,22 @@
 
 #include "errors/error.h"
 #include "io/gguf.h"
+#include "model/architecture.h"
 
 namespace tq {
 namespace {
 
-struct ArchName {
-  Architecture arch;
-  const char* hf_class;
-  const char* gguf_name;
-};
-constexpr ArchName kArchitectures[] = {
-    {Architecture::Llama, "LlamaForCausalLM", "llama"},
-    {Architecture::Qwen2, "Qwen2ForCausalLM", "qwen2"},
-    {Architecture::Qwen3, "Qwen3ForCausalLM", "qwen3"},
-};
-
 std::string supported_list(bool hf) {
   std::string out;
-  for (const auto& a : kArchitectures) out += std::string(out.empty() ? "" : ", ") + (hf ? a.hf_class : a.gguf_name);
+  for (const ArchitectureSpec* a : architectures()) out += std::string(out.empty() ? "" : ", ") + (hf ? a->hf_class : a->name);
   return out;
+}
+
+// The family whose Hugging Face class (hf) or GGUF name is `id`; null when none.
+const ArchitectureSpec* find_architecture(const std::string& id, bool hf) {
+  for (const ArchitectureSpec* a : architectures())
+    if (id == (hf ? a->hf_class : a->name)) return a;
+  return nullptr;
 }
 
 RopeScaling rope_scaling_from_hf(const nlohmann::json& cfg, const std::string& path) {
@@ -141,15 +138,8 @@ ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& 
   if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty() &&
       cfg["architectures"][0].is_string())
     arch_class = cfg["architectures"][0].get<std::string>();
-  bool known = false;
-  for (const auto& a : kArchitectures) {
-    if (arch_class == a.hf_class) {
-      c.arch = a.arch;
-      c.arch_name = a.gguf_name;
-      known = true;
-    }
-  }
-  if (!known)
+  c.architecture = find_architecture(arch_class, true);
+  if (!c.architecture)
     fail("{}: architecture '{}' is not supported (supported: {})", path, arch_class, supported_list(true));
   c.vocab_size = json_int(cfg, "vocab_size", path);
   c.hidden_size = json_int(cfg, "hidden_size", path);
@@ -160,6 +150,7 @@ ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& 
                        : c.num_heads;
   c.head_dim = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? json_int(cfg, "head_dim", path)
                                                                        : (c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  c.arch_name = c.architecture->name;
   c.intermediate_size = json_int(cfg, "intermediate_size", path);
   c.max_position = json_int_or(cfg, "max_position_embeddings", 2048, path);
   c.rope_theta = json_number_or(cfg, "rope_theta", 10000.0, path);
@@ -174,15 +165,9 @@ ModelConfig config_from_hf_object(const nlohmann::json& cfg, const std::string& 
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   const std::string arch = g.get_string("general.architecture");
-  bool known = false;
-  for (const auto& a : kArchitectures) {
-    if (arch == a.gguf_name) {
-      c.arch = a.arch;
-      c.arch_name = a.gguf_name;
-      known = true;
-    }
-  }
-  if (!known) fail("{}: architecture '{}' is not supported (supported: {})", g.path(), arch, supported_list(false));
+  c.architecture = find_architecture(arch, false);
+  if (!c.architecture) fail("{}: architecture '{}' is not supported (supported: {})", g.path(), arch, supported_list(false));
+  c.arch_name = c.architecture->name;
   const std::string p = arch + ".";
   c.hidden_size = gguf_int(g, p + "embedding_length");
   c.num_layers = gguf_int(g, p + "block_count");
@@ -205,9 +190,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   } else if (scaling != "none") {
     fail("{}: rope scaling type '{}' is not supported (supported: none, linear; llama3 via rope_freqs)", g.path(), scaling);
   }
-  // llama.cpp: LLM_ARCH_LLAMA uses the adjacent-pair ("normal") rope on Q/K permuted by the
-  // converter; qwen2/qwen3 use NEOX (rotate_half) on unpermuted weights.
-  c.rope_pairing = c.arch == Architecture::Llama ? RopePairing::Adjacent : RopePairing::Half;
+  c.rope_pairing = c.architecture->gguf_rope_pairing;
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
   c.validate(g.path());
   return c;

@@ -10,8 +10,7 @@
 namespace tq {
 
 class GgufFile;
-
-enum class Architecture { Llama, Qwen2, Qwen3 };
+struct ArchitectureSpec;
 
 struct RopeScaling {
   enum class Type { None, Linear, Llama3 };
@@ -23,8 +22,8 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  Architecture arch = Architecture::Llama;
-  std::string arch_name;  // "llama", "qwen2", "qwen3"
+  const ArchitectureSpec* architecture = nullptr;  // model/architecture.h; set by the readers below
+  std::string arch_name;  // architecture->name: "llama", "qwen2", "qwen3"
   int vocab_size = 0;
   int hidden_size = 0;
   int num_layers = 0;
@@ -36,7 +35,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   float rms_norm_eps = 1e-6f;
   RopeScaling rope_scaling;
-  RopePairing rope_pairing = RopePairing::Half;  // Adjacent for GGUF llama (permuted Q/K)
+  RopePairing rope_pairing = RopePairing::Half;  // the spec's gguf_rope_pairing in GGUF files
   bool tie_word_embeddings = false;
 
   // Throws tq::Error naming `source` when a value is missing, non-positive or inconsistent.

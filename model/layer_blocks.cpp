@@ -232,7 +232,6 @@ void add_attention_output(LayerContext& c) {
 void add_swiglu_mlp(LayerContext& c) {
   const int T = c.batch.size();
   const int64_t hidden = c.config.hidden_size, ffn = c.config.intermediate_size;
-  norm_input(c, c.w.ffn_norm);
   apply_linears({{c.w.w_gate, c.buf.gate.data()}, {c.w.w_up, c.buf.up.data()}}, c.buf.h.data(), T);
   silu_mul(c.buf.gate.data(), c.buf.up.data(), T * ffn, c.buf.gate.data());
   apply_linear(c.w.w_down, c.buf.gate.data(), T, c.buf.out.data());

@@ -18,7 +18,10 @@ void rotate_qk(LayerContext& c);
 void attend(LayerContext& c);
 // x += attn · Woᵀ
 void add_attention_output(LayerContext& c);
-// x += down(silu(gate(h)) * up(h)), with h = RMSNorm(x) · ffn_norm
+// x += down(silu(gate(h)) * up(h)), h as norm_input left it
 void add_swiglu_mlp(LayerContext& c);
+
+// The Llama layer, which other families reuse as it is (Qwen2).
+void llama_layer(LayerContext& c);
 
 }  // namespace tq

@@ -15,6 +15,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
+#include "model/architecture.h"
 
 namespace tq {
 namespace {
@@ -183,12 +184,12 @@ void load_weights(TensorReader& r, const TensorNaming& names, LoadedModel& m) {
     l.wk = r.linear(n("wk"), n("bk"), kv_dim, hidden);
     l.wv = r.linear(n("wv"), n("bv"), kv_dim, hidden);
     l.wo = r.linear(n("wo"), n("bo"), hidden, q_dim);
-    if (c.arch == Architecture::Qwen3) {
+    if (c.architecture->qk_norm) {
       l.q_norm = r.read(n("q_norm"), {c.head_dim});
       l.k_norm = r.read(n("k_norm"), {c.head_dim});
     }
-    if (c.arch == Architecture::Qwen2 && l.wq.bias.empty())
-      fail("{}: Qwen2 layer {} has no q/k/v bias tensors", m.path, i);
+    if (c.architecture->qkv_bias && (l.wq.bias.empty() || l.wk.bias.empty() || l.wv.bias.empty()))
+      fail("{}: {} layer {} has no q/k/v bias tensors", m.path, c.arch_name, i);
     l.ffn_norm = r.read(n("ffn_norm"), {hidden});
     l.w_gate = r.linear(n("w_gate"), "", ffn, hidden);
     l.w_up = r.linear(n("w_up"), "", ffn, hidden);

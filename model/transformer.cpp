@@ -5,6 +5,7 @@
 
 #include "errors/error.h"
 #include "kernels/norm.h"
+#include "model/architecture.h"
 #include "model/token_ids.h"
 
 namespace tq {
@@ -67,11 +68,7 @@ void Transformer::run_layers(int first_layer, const ForwardBatch& batch, KvCache
   for (int l = first_layer; l < config_.num_layers; ++l) {
     if (layer_input_observer_) layer_input_observer_(l, T, buf_.x.data());
     LayerContext ctx{config_, weights_.layers[l], l, batch, cache, buf_, rope_inv_freq_, observer_ ? &observer_ : nullptr};
-    switch (config_.arch) {
-      case Architecture::Llama: llama_layer(ctx); break;
-      case Architecture::Qwen2: qwen2_layer(ctx); break;
-      case Architecture::Qwen3: qwen3_layer(ctx); break;
-    }
+    config_.architecture->layer(ctx);
   }
 
   // Final norm and LM head only for the rows whose logits are wanted.

@@ -54,11 +54,6 @@ struct LayerContext {
   const AttentionObserver* observer = nullptr;
 };
 
-// One decoder layer per architecture family (model/llama.cpp, qwen2.cpp, qwen3.cpp).
-void llama_layer(LayerContext& ctx);
-void qwen2_layer(LayerContext& ctx);
-void qwen3_layer(LayerContext& ctx);
-
 class Transformer {
  public:
   Transformer(const ModelConfig& config, const ModelWeights& weights);
