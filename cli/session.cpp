@@ -246,22 +246,26 @@ KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Tr
   std::optional<KvAutoMeasurement>& measured = reuse_auto ? *reuse_auto : local_auto;
   const auto factory = [&](const KvCacheShape& s, int blocks) { return make_cache(o, s, blocks, model, tokenizer, &calibrated); };
   const std::vector<TokenId> ids = calibration_ids(o, tokenizer);  // read and tokenized once for both steps
+  const KvAutoOptions auto_options;
   if (!measured) {
-    measured = measure_kv_layers(model, ids, shape, factory, KvAutoOptions{}, [](const std::string& p) {
+    measured = measure_kv_layers(model, ids, shape, factory, auto_options, [](const std::string& p) {
       std::fprintf(stderr, "\r%s", p.c_str());
     });
     std::fprintf(stderr, "\n");
   }
   const KvAutoChoice choice =
-      choose_kv_layers(model, ids, shape, factory, *measured, *target, KvAutoOptions{});
+      choose_kv_layers(model, ids, shape, factory, *measured, *target, auto_options);
   shape.k_layers = choice.k;
   shape.v_layers = choice.v;
   std::string layers;
   for (const std::string& m : shape.layer_modes()) layers += (layers.empty() ? "" : " ") + m;
   const std::string kept = target->bits > 0 ? fmt::format("at {:.2f} bits per element (budget {:g})",
                                                          shape.bits_per_element_at(1024), target->bits)
-                                           : fmt::format("{} {:g}", choice.measured_kld <= target->kld ? "within" : "OVER",
-                                                         target->kld);
+                                           : fmt::format("{} {:g} x {:g}",
+                                                         choice.measured_kld <= target->kld * auto_options.calibration_margin
+                                                             ? "within"
+                                                             : "OVER",
+                                                         auto_options.calibration_margin, target->kld);
   std::fprintf(stderr, "KV auto: KLD %.4f %s on the calibration text (predicted %.4f); layers (k/v): %s\n",
                choice.measured_kld, kept.c_str(), choice.predicted_kld, layers.c_str());
   return shape;

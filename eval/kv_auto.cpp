@@ -158,13 +158,15 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   };
   const std::vector<float> ref =
       run(std::vector<KvDtype>(base.num_layers, KvDtype::F32), std::vector<KvDtype>(base.num_layers, KvDtype::F32));
+  const double limit = target.kld * o.calibration_margin;
   KvAutoTarget aim = target;
+  aim.kld = limit;
   KvAutoChoice choice;
   for (int attempt = 0; attempt < 5; ++attempt) {
     choice = select_kv_layers(m, base, aim);
     choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
-    if (target.bits > 0 || choice.measured_kld <= target.kld) break;
-    aim.kld *= target.kld / choice.measured_kld;
+    if (target.bits > 0 || choice.measured_kld <= limit) break;
+    aim.kld *= limit / choice.measured_kld;
   }
   return choice;
 }

@@ -119,10 +119,10 @@ TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
     t.kld = budget;
     const KvAutoChoice c = choose_kv_layers(tiny().transformer, tiny().text(), tiny().shape(), factory, measured(), t, o);
     ASSERT_GE(c.measured_kld, 0.0);
-    // Within the budget, unless even the largest candidate everywhere is over it.
+    // Within the margin's share of the budget, unless even the largest candidate everywhere is over it.
     bool all_top = true;
     for (size_t l = 0; l < c.k.size(); ++l) all_top = all_top && c.k[l] == KvDtype::Q8_0 && c.v[l] == KvDtype::Q8_0;
-    EXPECT_TRUE(c.measured_kld <= budget || all_top) << budget << ": " << c.measured_kld;
+    EXPECT_TRUE(c.measured_kld <= budget * o.calibration_margin || all_top) << budget << ": " << c.measured_kld;
   }
 }
 
