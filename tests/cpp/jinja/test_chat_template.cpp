@@ -3,7 +3,7 @@
 // tests/data/chat_templates/golden.json come from tools/gen_chat_template_golden.py.
 #include <gtest/gtest.h>
 
-#include "testdata_support.h"
+#include "support/testdata_support.h"
 
 #include <cstdlib>
 #include <fstream>

@@ -2,7 +2,7 @@
 // GGUF writer, and malformed files (truncated, corrupted) that must all fail with tq::Error.
 #include <gtest/gtest.h>
 
-#include "testdata_support.h"
+#include "support/testdata_support.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "errors/error.h"
-#include "memory_cap.h"
+#include "support/memory_cap.h"
 #include "io/gguf.h"
 #include "kernels/dtype.h"
 

@@ -10,12 +10,12 @@
 #include <map>
 #include <sstream>
 
-#include "batch_invariance_support.h"
+#include "support/batch_invariance_support.h"
 #include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "errors/error.h"
 #include "model/loader.h"
-#include "test_tokenizer_support.h"
+#include "support/test_tokenizer_support.h"
 
 namespace tq {
 namespace {

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "errors/error.h"
-#include "test_tokenizer_support.h"
+#include "support/test_tokenizer_support.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
 

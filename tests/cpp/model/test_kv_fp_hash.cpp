@@ -11,7 +11,7 @@
 
 #include "model/loader.h"
 #include "model/transformer.h"
-#include "test_tokenizer_support.h"
+#include "support/test_tokenizer_support.h"
 
 namespace tq {
 namespace {

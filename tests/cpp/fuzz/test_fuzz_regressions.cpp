@@ -4,7 +4,7 @@
 // with the error type production code catches.
 #include <gtest/gtest.h>
 
-#include "testdata_support.h"
+#include "support/testdata_support.h"
 
 #include <nlohmann/json.hpp>
 

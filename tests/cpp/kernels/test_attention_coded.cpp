@@ -15,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "coded_pages_support.h"
+#include "support/coded_pages_support.h"
 #include "errors/error.h"
 #include "kernels/attention_coded.h"
 #include "kernels/attention_fp.h"

@@ -7,7 +7,7 @@
 
 #include <map>
 
-#include "batch_invariance_support.h"
+#include "support/batch_invariance_support.h"
 #include "engine/engine_core.h"
 #include "engine/kv_calibration.h"
 #include "model/loader.h"

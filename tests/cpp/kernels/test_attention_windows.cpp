@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "coded_pages_support.h"
+#include "support/coded_pages_support.h"
 #include "errors/error.h"
 #include "kernels/attention_fp.h"
 

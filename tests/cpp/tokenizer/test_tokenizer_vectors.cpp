@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "test_tokenizer_support.h"
+#include "support/test_tokenizer_support.h"
 
 namespace tq {
 namespace {

@@ -5,7 +5,7 @@
 // process runs under a 4 GiB memory cap while they load (memory_cap.h).
 #include <gtest/gtest.h>
 
-#include "testdata_support.h"
+#include "support/testdata_support.h"
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
 
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "errors/error.h"
-#include "memory_cap.h"
+#include "support/memory_cap.h"
 #include "model/loader.h"
 
 namespace tq {
