@@ -1,7 +1,7 @@
 #include "engine/chat_prompt.h"
 
 #include "errors/error.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace tq {
 

@@ -15,7 +15,7 @@ render_jinja_template):
     bos_token=..., eos_token=..., **extra)
 
 strftime_now is pinned to FIXED_DATE; the C++ test sets TQ_FIXED_DATE to the same value, which
-the C++ strftime_now honours (tokenizer/jinja_globals.cpp).
+the C++ strftime_now honours (jinja/globals.cpp).
 
 Writes tests/data/chat_templates/golden.json (inputs + expected output or expected error).
 With --check-unit-tests, instead verifies the expectations written in tests/cpp/jinja/test_jinja.cpp

@@ -18,10 +18,10 @@
 
 #include "errors/error.h"
 #include "io/gguf.h"
+#include "jinja/chat_template.h"
 #include "model/config.h"
 #include "model/loader.h"
 #include "server/openai_request.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tq {

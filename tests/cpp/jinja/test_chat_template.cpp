@@ -13,7 +13,7 @@
 #include <string>
 
 #include "errors/error.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace tq {
 namespace {

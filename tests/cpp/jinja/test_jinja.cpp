@@ -1,4 +1,4 @@
-// Unit tests of the Jinja interpreter (tokenizer/jinja*.cpp). Every expected string in the
+// Unit tests of the Jinja interpreter (jinja/*.cpp). Every expected string in the
 // tables below is what Python jinja2 3.1 renders with HF transformers' settings; re-verify them
 // with `python3 tools/gen_chat_template_golden.py --check-unit-tests` after editing.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "errors/error.h"
-#include "tokenizer/jinja.h"
+#include "jinja/template.h"
 
 namespace tq {
 namespace {
@@ -76,7 +76,8 @@ const RenderCase kRenderCases[] = {
 )j", R"j({})j", R"j(line
 )j"},
     {"crlf_normalized", R"j(a
-bc)j", R"j({})j", R"j(a
+b
+c)j", R"j({})j", R"j(a
 b
 c)j"},
     {"variable", R"j(Hello {{ name }}!)j", R"j({"name": "Ada"})j", R"j(Hello Ada!)j"},

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_scoping.h"
+#include "jinja/parse.h"
 
 #include <map>
 #include <set>

@@ -5,14 +5,14 @@
 // The template sees what HF transformers' apply_chat_template passes: messages, tools (None
 // unless given), documents (None unless given), add_generation_prompt, bos_token, eos_token,
 // plus `extra` (e.g. enable_thinking, tools, date_string), which overrides any of them.
-// strftime_now() reads the clock; set TQ_FIXED_DATE=YYYY-MM-DD to pin it (see jinja_globals.cpp).
+// strftime_now() reads the clock; set TQ_FIXED_DATE=YYYY-MM-DD to pin it (see globals.cpp).
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <memory>
 #include <string>
 
-#include "tokenizer/jinja.h"
+#include "jinja/template.h"
 
 namespace tq {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace tq::jinja {
 

@@ -11,9 +11,9 @@
 #include <ctime>
 #include <memory>
 
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_error.h"
+#include "jinja/args.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

@@ -1,13 +1,13 @@
-#include "tokenizer/jinja.h"
+#include "jinja/template.h"
 
 #include <variant>
 
 #include "errors/error.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_evaluator.h"
-#include "tokenizer/jinja_json.h"
-#include "tokenizer/jinja_parser.h"
+#include "jinja/ast.h"
+#include "jinja/json.h"
+#include "jinja/parse.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

@@ -6,7 +6,7 @@
 #include <variant>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace tq::jinja {
 
@@ -130,7 +130,7 @@ struct IfStmt {
   std::vector<std::pair<ExprPtr, Body>> branches;  // if + elifs
   Body else_body;
 };
-// Frames (see jinja_scoping.h) carry the names jinja2 binds to "undefined" on entry.
+// Frames (see resolve_scopes in parse.h) carry the names jinja2 binds to "undefined" on entry.
 using NameList = std::vector<std::string>;
 
 struct ForStmt {

@@ -1,8 +1,8 @@
-#include "tokenizer/jinja_args.h"
+#include "jinja/args.h"
 
 #include <algorithm>
 
-#include "tokenizer/jinja_error.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 

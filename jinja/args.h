@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace tq::jinja {
 

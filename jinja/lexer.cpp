@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/parse.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/pystr.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/pystr.h"
 
 #include <utf8proc.h>
 
 #include <algorithm>
 
-#include "tokenizer/jinja_error.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja::pystr {
 namespace {

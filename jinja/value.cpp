@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <charconv>
 #include <cmath>
 
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/pystr.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 

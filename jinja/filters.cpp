@@ -8,13 +8,11 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "tokenizer/jinja_access.h"
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_json.h"
-#include "tokenizer/jinja_operators.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/args.h"
+#include "jinja/json.h"
+#include "jinja/pystr.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

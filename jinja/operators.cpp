@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_operators.h"
+#include "jinja/runtime.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <limits>
 
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/pystr.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

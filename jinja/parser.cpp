@@ -1,14 +1,12 @@
-#include "tokenizer/jinja_parser.h"
+#include "jinja/parse.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_scoping.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

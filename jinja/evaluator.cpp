@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_evaluator.h"
+#include "jinja/runtime.h"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja_access.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_operators.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {
@@ -70,7 +67,7 @@ class Evaluator {
 
  private:
   // ---- statements ---------------------------------------------------------------------------
-  // A new scope for a frame, with the names jinja2 binds to undefined on entry (jinja_scoping.h).
+  // A new scope for a frame, with the names jinja2 binds to undefined on entry (resolve_scopes in parse.h).
   ScopePtr enter_frame(const ScopePtr& parent, const NameList& undefined_on_entry) {
     ScopePtr scope = new_scope(parent);
     bind_undefined(*scope, undefined_on_entry);

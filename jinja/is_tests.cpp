@@ -2,11 +2,10 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_operators.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/args.h"
+#include "jinja/pystr.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

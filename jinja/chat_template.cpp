@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 #include "errors/error.h"
 

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_json.h"
+#include "jinja/json.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/pystr.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {

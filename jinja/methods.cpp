@@ -1,13 +1,13 @@
-// Member access and the Python methods of str, dict, list and tuple (see jinja_access.h).
+// Member access and the Python methods of str, dict, list and tuple (see get_attribute in runtime.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 
-#include "tokenizer/jinja_access.h"
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_pystr.h"
+#include "jinja/args.h"
+#include "jinja/pystr.h"
+#include "jinja/runtime.h"
+#include "jinja/template_error.h"
 
 namespace tq::jinja {
 namespace {
