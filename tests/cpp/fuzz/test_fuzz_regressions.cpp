@@ -55,7 +55,7 @@ struct RequestFixture {
     tokenizer = Tokenizer::from_gguf(gguf);
     model.name = "fuzz-model";
     model.tokenizer = tokenizer.get();
-    model.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
+    model.chat_prompt = ChatPrompt("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}");
     model.max_model_len = 256;
     model.vocab_size = tokenizer->vocab_size();
   }
