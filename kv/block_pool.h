@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "tokenizer/tokenizer.h"
+#include "tokens/token_id.h"
 
 namespace tq {
 
