@@ -35,6 +35,7 @@ int run_chat(const ChatFlags& f) {
   LoadedModel& m = session->model;
   if (!m.tokenizer) fail("{}: the model has no tokenizer", m.path);
   if (m.chat_template.empty()) fail("{}: the model has no chat template; use `tqserve generate --prompt`", m.path);
+  const ChatPrompt chat_prompt(m.chat_template);
   Generator generator(*session->transformer, *session->cache, m.tokenizer.get(), m.stop_ids, session->max_model_len);
 
   const bool interactive = isatty(STDIN_FILENO);
@@ -57,7 +58,7 @@ int run_chat(const ChatFlags& f) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
     try {
-      const std::vector<TokenId> prompt = chat_prompt_ids(*m.tokenizer, m.chat_template, messages, true, extra);
+      const std::vector<TokenId> prompt = chat_prompt.ids(*m.tokenizer, messages, true, extra);
       const GenerationOutput out = generator.generate(prompt, params, [](const std::string& piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);

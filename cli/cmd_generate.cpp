@@ -71,7 +71,7 @@ int run_generate(const GenerateFlags& f) {
     nlohmann::json messages = nlohmann::json::array();
     if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
     messages.push_back({{"role", "user"}, {"content", f.prompt}});
-    prompt = chat_prompt_ids(*m.tokenizer, m.chat_template, messages, true, parse_kwargs(f.template_kwargs));
+    prompt = ChatPrompt(m.chat_template).ids(*m.tokenizer, messages, true, parse_kwargs(f.template_kwargs));
   } else {
     prompt = m.tokenizer->encode_prompt(f.prompt, /*parse_special=*/true);
   }

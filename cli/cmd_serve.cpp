@@ -178,7 +178,7 @@ int run_serve(ServeFlags& f) {
   served.name = f.served_model_name.empty() ? std::filesystem::path(session->model.path).stem().string()
                                             : f.served_model_name;
   served.tokenizer = session->model.tokenizer.get();
-  served.chat_template = session->model.chat_template;
+  served.chat_prompt = ChatPrompt(session->model.chat_template);
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
   server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe(), cache->shape().layer_modes());

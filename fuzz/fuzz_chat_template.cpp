@@ -1,4 +1,4 @@
-// Fuzzes the Jinja chat-template interpreter (tokenizer/jinja*.cpp via chat_template.h).
+// Fuzzes the Jinja chat-template interpreter (jinja/*.cpp via chat_template.h).
 //   byte 0 even: the rest is "<template source>[\0<context JSON>]": parse and render the
 //                fuzzed template with fixed messages, or with the JSON's "messages"/"extra".
 //   byte 0 odd:  the rest is a JSON context ({"messages": [...], "extra": {...},
@@ -18,7 +18,7 @@
 
 #include "errors/error.h"
 #include "fuzz/fuzz_common.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace {
 

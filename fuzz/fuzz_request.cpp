@@ -34,13 +34,13 @@ const Served& served() {
       options.with_weights = false;
       tq::LoadedModel m = tq::load_model(tq::find_default_model(), options);
       out.tokenizer = std::move(m.tokenizer);
-      out.model.chat_template = m.chat_template;
+      out.model.chat_prompt = tq::ChatPrompt(m.chat_template);
       out.model.vocab_size = m.config.vocab_size;
     } catch (const tq::Error&) {
       const std::string dir = tq::fuzz::testdata("qwen2-tokenizer");
       out.tokenizer = tq::Tokenizer::from_hf_dir(dir);
       std::ifstream in(dir + "/tokenizer_config.json");
-      out.model.chat_template = nlohmann::json::parse(in).at("chat_template").get<std::string>();
+      out.model.chat_prompt = tq::ChatPrompt(nlohmann::json::parse(in).at("chat_template").get<std::string>());
       out.model.vocab_size = out.tokenizer->vocab_size();
     }
     out.model.name = "fuzz-model";

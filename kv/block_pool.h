@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "tokenizer/tokenizer.h"
+#include "tokens/token_id.h"
 
 namespace tq {
 

@@ -243,7 +243,7 @@ void HttpServer::install_routes() {
                  {"pad_token", name(tok.special().pad)},
                  {"add_bos_token", tok.special().add_bos},
                  {"model_max_length", model_.max_model_len},
-                 {"chat_template", model_.chat_template.empty() ? json(nullptr) : json(model_.chat_template)}};
+                 {"chat_template", model_.chat_prompt.has_template() ? json(model_.chat_prompt.source()) : json(nullptr)}};
     res.set_content(dump_json(info), "application/json");
   });
 

@@ -307,7 +307,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
     }
     normalized.push_back(out);
   }
-  if (m.chat_template.empty()) throw bad_request("this model has no chat template: use /v1/completions", "messages");
+  if (!m.chat_prompt.has_template()) throw bad_request("this model has no chat template: use /v1/completions", "messages");
   json extra = json::object();
   if (present(body, "chat_template_kwargs")) {
     if (!body["chat_template_kwargs"].is_object())
@@ -315,7 +315,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
     extra = body["chat_template_kwargs"];
   }
   try {
-    r.prompts.push_back(chat_prompt_ids(*m.tokenizer, m.chat_template, normalized, true, extra));
+    r.prompts.push_back(m.chat_prompt.ids(*m.tokenizer, normalized, true, extra));
   } catch (const Error& e) {
     throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chat_prompt.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,7 +31,7 @@ ApiError bad_request(const std::string& message, const std::string& param = "");
 struct ServedModel {
   std::string name;  // the id in /v1/models and responses
   const Tokenizer* tokenizer = nullptr;
-  std::string chat_template;
+  ChatPrompt chat_prompt;  // the model's chat template, parsed once
   int max_model_len = 0;
   int vocab_size = 0;
 };

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tokens/token_id.h"
+
 namespace tq {
 
 class GgufFile;
-
-using TokenId = int32_t;
 
 struct SpecialTokens {
   std::optional<TokenId> bos;

@@ -15,10 +15,10 @@ render_jinja_template):
     bos_token=..., eos_token=..., **extra)
 
 strftime_now is pinned to FIXED_DATE; the C++ test sets TQ_FIXED_DATE to the same value, which
-the C++ strftime_now honours (tokenizer/jinja_globals.cpp).
+the C++ strftime_now honours (jinja/globals.cpp).
 
 Writes tests/data/chat_templates/golden.json (inputs + expected output or expected error).
-With --check-unit-tests, instead verifies the expectations written in tests/cpp/test_jinja.cpp
+With --check-unit-tests, instead verifies the expectations written in tests/cpp/jinja/test_jinja.cpp
 against jinja2 (the same environment) and reports mismatches.
 
 Usage:  python3 tools/gen_chat_template_golden.py [--check-unit-tests]
@@ -38,7 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 REPO = Path(__file__).resolve().parent.parent
 TESTDATA = REPO.parent / "shared" / "testdata"
 OUTPUT = REPO / "tests" / "data" / "chat_templates" / "golden.json"
-UNIT_TESTS = REPO / "tests" / "cpp" / "test_jinja.cpp"
+UNIT_TESTS = REPO / "tests" / "cpp" / "jinja" / "test_jinja.cpp"
 
 FIXED_DATE = "2024-07-26"  # TQ_FIXED_DATE for the C++ side
 
@@ -301,7 +301,7 @@ def check_unit_tests():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check-unit-tests", action="store_true", help="verify tests/cpp/test_jinja.cpp with jinja2")
+    parser.add_argument("--check-unit-tests", action="store_true", help="verify tests/cpp/jinja/test_jinja.cpp with jinja2")
     args = parser.parse_args()
     if args.check_unit_tests:
         sys.exit(0 if check_unit_tests() else 1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate tests/data/tokenizer_corpus.json: a corpus of varied strings with the token ids that
-Hugging Face tokenizers produce for them, the golden data of tests/cpp/test_tokenizer_corpus.cpp.
+Hugging Face tokenizers produce for them, the golden data of tests/cpp/tokenizer/test_tokenizer_corpus.cpp.
 
 Reference tokenizers (independent of tqserve):
   * qwen2:       `tokenizers` BPE built from ../shared/testdata/qwen2-tokenizer/vocab.json +
