@@ -6,6 +6,7 @@
 
 #include "errors/error.h"
 #include "kernels/dequantize.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/tq_packing.h"
 
 namespace tq {
@@ -129,9 +130,9 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
     case KvDtype::F32: return d * 4;
     case KvDtype::BF16:
     case KvDtype::F16: return d * 2;
-    case KvDtype::Q8_0: return d / 32 * 34;
+    case KvDtype::Q8_0: return d / BlockQ8_0::kValues * sizeof(BlockQ8_0);
     case KvDtype::Q4_0:
-    case KvDtype::Q4_0H: return d / 32 * 18;
+    case KvDtype::Q4_0H: return d / BlockQ4_0::kValues * sizeof(BlockQ4_0);
     default: break;
   }
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
