@@ -143,17 +143,6 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
 
 double kv_bits_per_element(KvDtype dtype, int head_dim) { return 8.0 * kv_row_bytes(dtype, head_dim) / head_dim; }
 
-FpElem kv_fp_elem(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::F32: return FpElem::F32;
-    case KvDtype::BF16: return FpElem::BF16;
-    case KvDtype::F16: return FpElem::F16;
-    default: break;
-  }
-  require_fp(dtype, "the FP attention kernel");
-  return FpElem::F32;
-}
-
 void kv_encode_row(KvDtype dtype, const float* src, int head_dim, void* dst) {
   switch (dtype) {
     case KvDtype::F32:
