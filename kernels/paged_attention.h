@@ -19,8 +19,9 @@
 //   paged_attention_exact         the plain loop's result bit for bit, with SIMD where it reorders
 //                                 nothing (the FP cache runs it).
 //   paged_attention_fast          the AVX2 kernel where the CPU and head_dim allow, else the plain
-//                                 loop: tiles of positions, FMA and a polynomial exp, within 1e-5
-//                                 (relative) of the plain loop; the quantized caches run it.
+//                                 loop: tiles of positions, FMA and a polynomial exp, so its last
+//                                 bits differ (tests hold it within 1e-5 relative of a double-precision
+//                                 reference); the quantized caches run it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
