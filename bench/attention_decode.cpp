@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention_coded.h"
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 #include "kv/kv_cache.h"
 
 namespace tq {
@@ -71,19 +70,19 @@ void BM_decode_attention(benchmark::State& state, const std::string& mode, bool 
   const float scale = 1.0f / std::sqrt(float(d));
   for (auto _ : state) {
     if (fp_kernel) {
-      FpAttentionArgs a;
+      PagedAttentionArgs a;
       a.q = f.q.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
       a.block_table = f.table.blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
       a.k = c.k_pages(0), a.v = c.v_pages(0), a.scale = scale, a.out = f.out.data();
-      paged_attention_fp(a);
+      paged_attention_exact(a);
     } else {
       // As the engine does: q into K's storage space once per head, output back once per head.
       for (int h = 0; h < kQHeads; ++h) c.k_codec(0).query_to_storage(&f.q[h * d], h / (kQHeads / kKvHeads), &f.q_store[h * d]);
-      CodedAttentionArgs a;
+      PagedAttentionArgs a;
       a.q = f.q_store.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
       a.block_table = f.table.blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
-      a.k = c.coded_k_pages(0), a.v = c.coded_v_pages(0), a.scale = scale, a.out = f.out.data();
-      paged_attention_coded(a);
+      a.k = c.k_pages(0), a.v = c.v_pages(0), a.scale = scale, a.out = f.out.data();
+      paged_attention_fast(a);
       for (int h = 0; h < kQHeads; ++h) c.v_codec(0).output_from_storage(&f.out[h * d], h / (kQHeads / kKvHeads), &f.q_store[h * d]);
     }
     benchmark::DoNotOptimize(f.out.data());

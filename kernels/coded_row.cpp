@@ -5,6 +5,7 @@
 
 #include "errors/error.h"
 #include "kernels/dequantize.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/tq_packing.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,8 +19,7 @@ namespace tq {
 namespace {
 
 constexpr int kMaxDim = 512;
-constexpr int kBlock = 32;  // ggml legacy block
-constexpr size_t kQ8Bytes = 2 + 32, kQ4Bytes = 2 + 16;
+constexpr int kBlock = BlockQ8_0::kValues;  // as BlockQ4_0's
 
 float load_f32(const uint8_t* p) {
   float v;
@@ -108,8 +108,8 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::F32: return size_t(f.dim) * 4;
     case RowCodec::BF16:
     case RowCodec::F16: return size_t(f.dim) * 2;
-    case RowCodec::Q8_0: return size_t(f.dim / kBlock) * kQ8Bytes;
-    case RowCodec::Q4_0: return size_t(f.dim / kBlock) * kQ4Bytes;
+    case RowCodec::Q8_0: return size_t(f.dim / kBlock) * sizeof(BlockQ8_0);
+    case RowCodec::Q4_0: return size_t(f.dim / kBlock) * sizeof(BlockQ4_0);
     case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits) - (f.f16_scale ? 2 : 0);
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
     case RowCodec::TQ_CHANNELS: return channel_codes_bytes(f) + 2;
@@ -272,10 +272,11 @@ TQ_AVX2 void decode_channel_part(const uint8_t* codes, int dim, int bits, const 
 }
 
 TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
-  for (int b = 0; b < d / kBlock; ++b, row += kQ8Bytes, out += kBlock) {
-    const __m256 s = _mm256_set1_ps(load_f16(row));
+  for (int b = 0; b < d / kBlock; ++b, row += sizeof(BlockQ8_0), out += kBlock) {
+    const __m256 s = _mm256_set1_ps(load_f16(row + offsetof(BlockQ8_0, d)));
+    const uint8_t* qs = row + offsetof(BlockQ8_0, qs);
     for (int j = 0; j < kBlock; j += 8) {
-      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 2 + j)));
+      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + j)));
       _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
     }
   }
@@ -283,10 +284,11 @@ TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
 
 TQ_AVX2 void decode_q4_0(const uint8_t* row, int d, float* out) {
   const __m256i m4 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
-  for (int b = 0; b < d / kBlock; ++b, row += kQ4Bytes, out += kBlock) {
-    const __m256 s = _mm256_set1_ps(load_f16(row));
+  for (int b = 0; b < d / kBlock; ++b, row += sizeof(BlockQ4_0), out += kBlock) {
+    const __m256 s = _mm256_set1_ps(load_f16(row + offsetof(BlockQ4_0, d)));
+    const uint8_t* qs = row + offsetof(BlockQ4_0, qs);
     for (int j = 0; j < 16; j += 8) {
-      const __m256i bytes = load8_u8(row + 2 + j);
+      const __m256i bytes = load8_u8(qs + j);
       const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(bytes, m4), eight);
       const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), eight);
       _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));

@@ -1,7 +1,7 @@
 // The stored formats of one cached K or V row (one KV head at one position, head_dim values) and
 // their decoders. Attention over a quantized cache decodes each row once into fp32 in *storage
 // space* (for rotated formats that is the rotated space, so no row is ever un-rotated) and
-// works on that; see kernels/attention_coded.h.
+// works on that; see kernels/paged_attention.h.
 //
 //   F32 / BF16 / F16  head_dim values.
 //   Q8_0 / Q4_0       ggml's 32-element blocks with an fp16 scale (ggml-common.h layouts), the

@@ -1,4 +1,4 @@
-// Dequantization of ggml block formats. Block layouts are those of ggml-common.h; the arithmetic
+// Dequantization of ggml block formats (layouts: kernels/ggml_blocks.h); the arithmetic
 // follows ggml's reference dequantize_row_* so the results are bit-identical to ggml and to the
 // `gguf` Python package. Why that holds even with FMA contraction: an fp16 scale has 11
 // significant bits and the quants/sub-scales at most 8, so every product before the final
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "errors/error.h"
+#include "kernels/ggml_blocks.h"
 
 namespace tq {
 
@@ -33,25 +34,24 @@ uint32_t load_u32(const uint8_t* p) {
 
 float load_f16(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
 
-constexpr int kQK = 32;    // elements per block of the legacy formats (q4_0 ... q8_0)
-constexpr int kQKK = 256;  // elements per K-quant super-block
+constexpr int kQK = 32;  // elements per block of the legacy formats (q4_0 ... q8_0)
 
 // --- legacy 32-element blocks ------------------------------------------------------------
 // In all of them byte j of qs holds element j in its low nibble and element j + 16 in its high.
 
-void dequant_q4_0(const uint8_t* block, float* out) {  // {f16 d; u8 qs[16]}
-  const float d = load_f16(block);
-  const uint8_t* qs = block + 2;
+void dequant_q4_0(const uint8_t* block, float* out) {
+  const float d = load_f16(block + offsetof(BlockQ4_0, d));
+  const uint8_t* qs = block + offsetof(BlockQ4_0, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     out[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
     out[j + kQK / 2] = static_cast<float>((qs[j] >> 4) - 8) * d;
   }
 }
 
-void dequant_q4_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qs[16]}
-  const float d = load_f16(block);
-  const float m = load_f16(block + 2);
-  const uint8_t* qs = block + 4;
+void dequant_q4_1(const uint8_t* block, float* out) {
+  const float d = load_f16(block + offsetof(BlockQ4_1, d));
+  const float m = load_f16(block + offsetof(BlockQ4_1, m));
+  const uint8_t* qs = block + offsetof(BlockQ4_1, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     out[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
     out[j + kQK / 2] = static_cast<float>(qs[j] >> 4) * d + m;
@@ -61,10 +61,10 @@ void dequant_q4_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qs[1
 // Fifth bits: bit j of the 32-bit qh is the high bit of element j.
 int fifth_bit(uint32_t qh, int element) { return static_cast<int>((qh >> element) & 1u) << 4; }
 
-void dequant_q5_0(const uint8_t* block, float* out) {  // {f16 d; u8 qh[4]; u8 qs[16]}
-  const float d = load_f16(block);
-  const uint32_t qh = load_u32(block + 2);
-  const uint8_t* qs = block + 6;
+void dequant_q5_0(const uint8_t* block, float* out) {
+  const float d = load_f16(block + offsetof(BlockQ5_0, d));
+  const uint32_t qh = load_u32(block + offsetof(BlockQ5_0, qh));
+  const uint8_t* qs = block + offsetof(BlockQ5_0, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     const int lo = ((qs[j] & 0x0F) | fifth_bit(qh, j)) - 16;
     const int hi = ((qs[j] >> 4) | fifth_bit(qh, j + kQK / 2)) - 16;
@@ -73,11 +73,11 @@ void dequant_q5_0(const uint8_t* block, float* out) {  // {f16 d; u8 qh[4]; u8 q
   }
 }
 
-void dequant_q5_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qh[4]; u8 qs[16]}
-  const float d = load_f16(block);
-  const float m = load_f16(block + 2);
-  const uint32_t qh = load_u32(block + 4);
-  const uint8_t* qs = block + 8;
+void dequant_q5_1(const uint8_t* block, float* out) {
+  const float d = load_f16(block + offsetof(BlockQ5_1, d));
+  const float m = load_f16(block + offsetof(BlockQ5_1, m));
+  const uint32_t qh = load_u32(block + offsetof(BlockQ5_1, qh));
+  const uint8_t* qs = block + offsetof(BlockQ5_1, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     const int lo = (qs[j] & 0x0F) | fifth_bit(qh, j);
     const int hi = (qs[j] >> 4) | fifth_bit(qh, j + kQK / 2);
@@ -86,21 +86,21 @@ void dequant_q5_1(const uint8_t* block, float* out) {  // {f16 d; f16 m; u8 qh[4
   }
 }
 
-void dequant_q8_0(const uint8_t* block, float* out) {  // {f16 d; i8 qs[32]}
-  const float d = load_f16(block);
+void dequant_q8_0(const uint8_t* block, float* out) {
+  const float d = load_f16(block + offsetof(BlockQ8_0, d));
+  const uint8_t* qs = block + offsetof(BlockQ8_0, qs);
   for (int j = 0; j < kQK; ++j) {
-    out[j] = static_cast<float>(static_cast<int8_t>(block[2 + j])) * d;
+    out[j] = static_cast<float>(static_cast<int8_t>(qs[j])) * d;
   }
 }
 
 // --- K-quants: 256-element super-blocks of 16 or 8 sub-blocks ------------------------------
 
 void dequant_q2_k(const uint8_t* block, float* out) {
-  // {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}; scales: low nibble scale, high nibble min.
-  const uint8_t* scales = block;
-  const uint8_t* qs = block + 16;
-  const float d = load_f16(block + 80);
-  const float dmin = load_f16(block + 82);
+  const uint8_t* scales = block + offsetof(BlockQ2_K, scales);
+  const uint8_t* qs = block + offsetof(BlockQ2_K, qs);
+  const float d = load_f16(block + offsetof(BlockQ2_K, d));
+  const float dmin = load_f16(block + offsetof(BlockQ2_K, dmin));
   int sub = 0;
   // Each 128-element half uses 32 bytes of qs; the four 2-bit planes of those bytes are four
   // consecutive 32-element runs, each run split into two 16-element sub-blocks.
@@ -128,11 +128,10 @@ int q3_k_scale(const uint8_t* scales, int k) {
 }
 
 void dequant_q3_k(const uint8_t* block, float* out) {
-  // {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
-  const uint8_t* hmask = block;
-  const uint8_t* qs = block + 32;
-  const uint8_t* scales = block + 96;
-  const float d = load_f16(block + 108);
+  const uint8_t* hmask = block + offsetof(BlockQ3_K, hmask);
+  const uint8_t* qs = block + offsetof(BlockQ3_K, qs);
+  const uint8_t* scales = block + offsetof(BlockQ3_K, scales);
+  const float d = load_f16(block + offsetof(BlockQ3_K, d));
   int sub = 0;
   int hbit = 0;  // bit of hmask[l] that belongs to the current 32-element run
   for (int half = 0; half < 2; ++half, qs += 32) {
@@ -151,27 +150,13 @@ void dequant_q3_k(const uint8_t* block, float* out) {
   }
 }
 
-// Q4_K/Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes (ggml's
-// get_scale_min_k4): sub-blocks 0..3 use the low 6 bits of bytes 0..3 (scale) and 4..7 (min);
-// sub-blocks 4..7 take their low nibbles from bytes 8..11 and their top two bits from the
-// spare top bits of bytes 0..7.
-void k4_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = packed[j] & 63;
-    *min = packed[j + 4] & 63;
-  } else {
-    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
-}
-
 void dequant_q4_k(const uint8_t* block, float* out) {
-  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: 32 bytes of qs per 64 elements, low nibbles
-  // first (sub-block 2i), then high nibbles (sub-block 2i + 1).
-  const float d = load_f16(block);
-  const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
-  const uint8_t* qs = block + 16;
+  // 32 bytes of qs per 64 elements, low nibbles first (sub-block 2i), then high nibbles
+  // (sub-block 2i + 1).
+  const float d = load_f16(block + offsetof(BlockQ4_K, d));
+  const float dmin = load_f16(block + offsetof(BlockQ4_K, dmin));
+  const uint8_t* scales = block + offsetof(BlockQ4_K, scales);
+  const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
   for (int pair = 0; pair < 4; ++pair, qs += 32) {
     int sc_lo, m_lo, sc_hi, m_hi;
     k4_scale_min(scales, 2 * pair, &sc_lo, &m_lo);
@@ -184,13 +169,13 @@ void dequant_q4_k(const uint8_t* block, float* out) {
 }
 
 void dequant_q5_k(const uint8_t* block, float* out) {
-  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K, plus a fifth bit per
-  // element in qh[l], bit 2i for sub-block 2i and bit 2i + 1 for sub-block 2i + 1.
-  const float d = load_f16(block);
-  const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
-  const uint8_t* qh = block + 16;
-  const uint8_t* qs = block + 48;
+  // As Q4_K, plus a fifth bit per element in qh[l], bit 2i for sub-block 2i and bit 2i + 1 for
+  // sub-block 2i + 1.
+  const float d = load_f16(block + offsetof(BlockQ5_K, d));
+  const float dmin = load_f16(block + offsetof(BlockQ5_K, dmin));
+  const uint8_t* scales = block + offsetof(BlockQ5_K, scales);
+  const uint8_t* qh = block + offsetof(BlockQ5_K, qh);
+  const uint8_t* qs = block + offsetof(BlockQ5_K, qs);
   for (int pair = 0; pair < 4; ++pair, qs += 32) {
     int sc_lo, m_lo, sc_hi, m_hi;
     k4_scale_min(scales, 2 * pair, &sc_lo, &m_lo);
@@ -210,13 +195,13 @@ void dequant_q5_k(const uint8_t* block, float* out) {
 }
 
 void dequant_q6_k(const uint8_t* block, float* out) {
-  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}. Per 128-element half: 64 bytes of ql (low
-  // nibbles of bytes 0..31 -> elements 0..31, of 32..63 -> 32..63, high nibbles -> 64..127)
-  // and 32 bytes of qh whose four 2-bit planes give the top bits of those four runs.
-  const uint8_t* ql = block;
-  const uint8_t* qh = block + 128;
-  const int8_t* scales = reinterpret_cast<const int8_t*>(block + 192);
-  const float d = load_f16(block + 208);
+  // Per 128-element half: 64 bytes of ql (low nibbles of bytes 0..31 -> elements 0..31, of
+  // 32..63 -> 32..63, high nibbles -> 64..127) and 32 bytes of qh whose four 2-bit planes give
+  // the top bits of those four runs.
+  const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
+  const uint8_t* qh = block + offsetof(BlockQ6_K, qh);
+  const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
+  const float d = load_f16(block + offsetof(BlockQ6_K, d));
   for (int half = 0; half < 2; ++half, ql += 64, qh += 32, scales += 8, out += 128) {
     for (int l = 0; l < 32; ++l) {
       const int sub = l / 16;
@@ -234,11 +219,11 @@ void dequant_q6_k(const uint8_t* block, float* out) {
 
 using BlockDequantizer = void (*)(const uint8_t* block, float* out);
 
-template <BlockDequantizer kDequant, int kBlockElems, int kBlockBytes>
+template <class Block, BlockDequantizer kDequant>
 void dequant_blocks(const void* src, float* dst, int64_t n) {
   const auto* bytes = static_cast<const uint8_t*>(src);
-  for (int64_t b = 0; b < n / kBlockElems; ++b) {
-    kDequant(bytes + b * kBlockBytes, dst + b * kBlockElems);
+  for (int64_t b = 0; b < n / Block::kValues; ++b) {
+    kDequant(bytes + b * sizeof(Block), dst + b * Block::kValues);
   }
 }
 
@@ -322,16 +307,16 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(bytes + 2 * i));
       return;
     }
-    case DType::Q4_0: return dequant_blocks<dequant_q4_0, kQK, 18>(src, dst, n);
-    case DType::Q4_1: return dequant_blocks<dequant_q4_1, kQK, 20>(src, dst, n);
-    case DType::Q5_0: return dequant_blocks<dequant_q5_0, kQK, 22>(src, dst, n);
-    case DType::Q5_1: return dequant_blocks<dequant_q5_1, kQK, 24>(src, dst, n);
-    case DType::Q8_0: return dequant_blocks<dequant_q8_0, kQK, 34>(src, dst, n);
-    case DType::Q2_K: return dequant_blocks<dequant_q2_k, kQKK, 84>(src, dst, n);
-    case DType::Q3_K: return dequant_blocks<dequant_q3_k, kQKK, 110>(src, dst, n);
-    case DType::Q4_K: return dequant_blocks<dequant_q4_k, kQKK, 144>(src, dst, n);
-    case DType::Q5_K: return dequant_blocks<dequant_q5_k, kQKK, 176>(src, dst, n);
-    case DType::Q6_K: return dequant_blocks<dequant_q6_k, kQKK, 210>(src, dst, n);
+    case DType::Q4_0: return dequant_blocks<BlockQ4_0, dequant_q4_0>(src, dst, n);
+    case DType::Q4_1: return dequant_blocks<BlockQ4_1, dequant_q4_1>(src, dst, n);
+    case DType::Q5_0: return dequant_blocks<BlockQ5_0, dequant_q5_0>(src, dst, n);
+    case DType::Q5_1: return dequant_blocks<BlockQ5_1, dequant_q5_1>(src, dst, n);
+    case DType::Q8_0: return dequant_blocks<BlockQ8_0, dequant_q8_0>(src, dst, n);
+    case DType::Q2_K: return dequant_blocks<BlockQ2_K, dequant_q2_k>(src, dst, n);
+    case DType::Q3_K: return dequant_blocks<BlockQ3_K, dequant_q3_k>(src, dst, n);
+    case DType::Q4_K: return dequant_blocks<BlockQ4_K, dequant_q4_k>(src, dst, n);
+    case DType::Q5_K: return dequant_blocks<BlockQ5_K, dequant_q5_k>(src, dst, n);
+    case DType::Q6_K: return dequant_blocks<BlockQ6_K, dequant_q6_k>(src, dst, n);
     default:
       break;
   }

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "errors/error.h"
+#include "kernels/ggml_blocks.h"
 
 namespace tq {
 namespace {
@@ -12,22 +13,28 @@ struct DTypeEntry {
   DTypeTraits traits;
 };
 
+// The geometry of a block format dequantize_row() converts, from its layout.
+template <class Block>
+constexpr DTypeTraits block_format(std::string_view name) {
+  return {name, Block::kValues, static_cast<int>(sizeof(Block)), true};
+}
+
 // Block geometry from ggml-common.h (QK_K = 256). `supported` marks the types dequantize_row()
 // converts; the others are still described so that readers can report them by name.
 constexpr std::array<DTypeEntry, 20> kDTypes = {{
     {DType::F32, {"f32", 1, 4, true}},
     {DType::F16, {"f16", 1, 2, true}},
-    {DType::Q4_0, {"q4_0", 32, 18, true}},
-    {DType::Q4_1, {"q4_1", 32, 20, true}},
-    {DType::Q5_0, {"q5_0", 32, 22, true}},
-    {DType::Q5_1, {"q5_1", 32, 24, true}},
-    {DType::Q8_0, {"q8_0", 32, 34, true}},
+    {DType::Q4_0, block_format<BlockQ4_0>("q4_0")},
+    {DType::Q4_1, block_format<BlockQ4_1>("q4_1")},
+    {DType::Q5_0, block_format<BlockQ5_0>("q5_0")},
+    {DType::Q5_1, block_format<BlockQ5_1>("q5_1")},
+    {DType::Q8_0, block_format<BlockQ8_0>("q8_0")},
     {DType::Q8_1, {"q8_1", 32, 36, false}},
-    {DType::Q2_K, {"q2_k", 256, 84, true}},
-    {DType::Q3_K, {"q3_k", 256, 110, true}},
-    {DType::Q4_K, {"q4_k", 256, 144, true}},
-    {DType::Q5_K, {"q5_k", 256, 176, true}},
-    {DType::Q6_K, {"q6_k", 256, 210, true}},
+    {DType::Q2_K, block_format<BlockQ2_K>("q2_k")},
+    {DType::Q3_K, block_format<BlockQ3_K>("q3_k")},
+    {DType::Q4_K, block_format<BlockQ4_K>("q4_k")},
+    {DType::Q5_K, block_format<BlockQ5_K>("q5_k")},
+    {DType::Q6_K, block_format<BlockQ6_K>("q6_k")},
     {DType::Q8_K, {"q8_k", 256, 292, false}},
     {DType::I8, {"i8", 1, 1, false}},
     {DType::I16, {"i16", 1, 2, false}},

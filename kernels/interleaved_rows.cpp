@@ -20,8 +20,9 @@ struct BlockShape {
 };
 
 BlockShape block_shape(DType t) {
-  if (t == DType::Q4_1) return {20, 2, 4, false};  // {f16 d; f16 m; u8 qs[16]}
-  return {34, 1, 8, true};                          // Q8_0 {f16 d; i8 qs[32]}
+  static_assert(offsetof(BlockQ4_1, qs) == 2 * 2 && offsetof(BlockQ8_0, qs) == 2, "scales first, then qs");
+  if (t == DType::Q4_1) return {int{sizeof(BlockQ4_1)}, 2, int{sizeof(BlockQ4_1::qs)} / 4, false};
+  return {int{sizeof(BlockQ8_0)}, 1, int{sizeof(BlockQ8_0::qs)} / 4, true};
 }
 
 void check_layout(DType t, int64_t in, int group_rows) {

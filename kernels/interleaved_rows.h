@@ -25,12 +25,13 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/ggml_blocks.h"
 
 namespace tq {
 
 // Bytes of one 32-value slice of a group of `group_rows` rows (Q4_1 or Q8_0).
 constexpr size_t interleaved_slice_bytes(DType t, int group_rows) {
-  return size_t(t == DType::Q4_1 ? 20 : 34) * group_rows;
+  return (t == DType::Q4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0)) * group_rows;
 }
 
 // The group size this CPU's fastest kernel for the type reads: 16 (Q4_1 and Q8_0 on AVX-512 with

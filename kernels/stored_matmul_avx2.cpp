@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/ggml_blocks.h"
 #include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
 
@@ -39,15 +40,10 @@ inline __m256i byte_field(__m256i v, int bits, int mask) {
   return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(bits)), _mm256_set1_epi8(static_cast<char>(mask)));
 }
 
-// ggml's get_scale_min_k4 (kernels/weight_slices.cpp has the same).
-inline void k4_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = packed[j] & 63;
-    *min = packed[j + 4] & 63;
-  } else {
-    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
+// Block b of a row.
+template <class Block>
+inline const uint8_t* block_at(const uint8_t* row, int64_t b) {
+  return row + b * static_cast<int64_t>(sizeof(Block));
 }
 
 // A slice as the tiles use it: q (signed or unsigned bytes), its per-lane scale, its offset.
@@ -62,51 +58,61 @@ struct Slice {
 struct Q8_0 {
   static constexpr bool kSigned = true, kOffset = false;
   static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 34;
-    return {load32(blk + 2), _mm256_set1_ps(f16(blk)), 0.0f};
+    const uint8_t* blk = block_at<BlockQ8_0>(row, b);
+    return {load32(blk + offsetof(BlockQ8_0, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ8_0, d))), 0.0f};
   }
 };
 
 struct Q4_0 {
   static constexpr bool kSigned = true, kOffset = false;
   static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 18;
-    return {_mm256_sub_epi8(legacy_nibbles(blk + 2), _mm256_set1_epi8(8)), _mm256_set1_ps(f16(blk)), 0.0f};
+    const uint8_t* blk = block_at<BlockQ4_0>(row, b);
+    return {_mm256_sub_epi8(legacy_nibbles(blk + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8)),
+            _mm256_set1_ps(f16(blk + offsetof(BlockQ4_0, d))), 0.0f};
   }
 };
 
 struct Q4_1 {
   static constexpr bool kSigned = false, kOffset = true;
   static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 20;
-    return {legacy_nibbles(blk + 4), _mm256_set1_ps(f16(blk)), f16(blk + 2)};
+    const uint8_t* blk = block_at<BlockQ4_1>(row, b);
+    return {legacy_nibbles(blk + offsetof(BlockQ4_1, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ4_1, d))),
+            f16(blk + offsetof(BlockQ4_1, m))};
   }
 };
 
+// Q4_K and Q5_K: the same d, dmin and scales fields; Q5_K adds qh.
 template <bool kFiveBits>
 struct Q45_K {
   static constexpr bool kSigned = false, kOffset = true;
   static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + (b / 8) * (kFiveBits ? 176 : 144);
+    const uint8_t* blk = kFiveBits ? block_at<BlockQ5_K>(row, b / 8) : block_at<BlockQ4_K>(row, b / 8);
     const int j = static_cast<int>(b % 8);
     int sc, m;
-    k4_scale_min(blk + 4, j, &sc, &m);
-    __m256i q = byte_field(load32(blk + (kFiveBits ? 48 : 16) + 32 * (j / 2)), 4 * (j & 1), 0x0F);
-    if (kFiveBits) q = _mm256_or_si256(q, _mm256_slli_epi16(byte_field(load32(blk + 16), j, 1), 4));
-    return {q, _mm256_set1_ps(f16(blk) * static_cast<float>(sc)), -(f16(blk + 2) * static_cast<float>(m))};
+    k4_scale_min(blk + offsetof(BlockQ4_K, scales), j, &sc, &m);
+    const size_t qs = kFiveBits ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
+    __m256i q = byte_field(load32(blk + qs + 32 * (j / 2)), 4 * (j & 1), 0x0F);
+    if (kFiveBits) {
+      const __m256i fifth = byte_field(load32(blk + offsetof(BlockQ5_K, qh)), j, 1);
+      q = _mm256_or_si256(q, _mm256_slli_epi16(fifth, 4));
+    }
+    return {q, _mm256_set1_ps(f16(blk + offsetof(BlockQ4_K, d)) * static_cast<float>(sc)),
+            -(f16(blk + offsetof(BlockQ4_K, dmin)) * static_cast<float>(m))};
   }
 };
 
 struct Q6_K {
   static constexpr bool kSigned = true, kOffset = false;
   static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + (b / 8) * 210;
+    const uint8_t* blk = block_at<BlockQ6_K>(row, b / 8);
     const int j = static_cast<int>(b % 8), half = j / 4, run = j % 4;
-    const __m256i low = byte_field(load32(blk + 64 * half + 32 * (run & 1)), run >= 2 ? 4 : 0, 0x0F);
-    const __m256i high = _mm256_slli_epi16(byte_field(load32(blk + 128 + 32 * half), 2 * run, 3), 4);
+    const __m256i low =
+        byte_field(load32(blk + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (run & 1)), run >= 2 ? 4 : 0, 0x0F);
+    const __m256i high =
+        _mm256_slli_epi16(byte_field(load32(blk + offsetof(BlockQ6_K, qh) + 32 * half), 2 * run, 3), 4);
     const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
-    const auto* scales = reinterpret_cast<const int8_t*>(blk + 192) + 8 * half + 2 * run;
-    const float d = f16(blk + 208);
+    const auto* scales = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * run;
+    const float d = f16(blk + offsetof(BlockQ6_K, d));
     const float s0 = d * static_cast<float>(scales[0]), s1 = d * static_cast<float>(scales[1]);
     return {q, _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), 0.0f};
   }

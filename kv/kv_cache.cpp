@@ -237,45 +237,33 @@ bool KvCache::layer_is_fp(int layer) const {
 PagedRows KvCache::k_pages(int layer) const {
   const SideLayout& s = k_layout_[layer];
   return PagedRows{k_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                   kv_fp_elem(shape_.k_dtype_of(layer))};
+                   k_codecs_[layer].row_format()};
 }
 
 PagedRows KvCache::v_pages(int layer) const {
   const SideLayout& s = v_layout_[layer];
   return PagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                   kv_fp_elem(shape_.v_dtype_of(layer))};
-}
-
-CodedPagedRows KvCache::coded_k_pages(int layer) const {
-  const SideLayout& s = k_layout_[layer];
-  return CodedPagedRows{k_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        k_codecs_[layer].row_format()};
-}
-
-CodedPagedRows KvCache::coded_v_pages(int layer) const {
-  const SideLayout& s = v_layout_[layer];
-  return CodedPagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        v_codecs_[layer].row_format()};
+                   v_codecs_[layer].row_format()};
 }
 
 }  // namespace tq
 
 namespace tq {
 
-CodedPagedRows KvCache::window_k_pages(int layer) const {
+PagedRows KvCache::window_k_pages(int layer) const {
   if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
   const SideLayout& s = k_window_layout_[layer];
-  if (s.row_bytes == 0) return coded_k_pages(layer);
-  return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        window_codec_->row_format(), window_store_->window_of()};
+  if (s.row_bytes == 0) return k_pages(layer);
+  return PagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                   window_codec_->row_format(), window_store_->window_of()};
 }
 
-CodedPagedRows KvCache::window_v_pages(int layer) const {
+PagedRows KvCache::window_v_pages(int layer) const {
   if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
   const SideLayout& s = v_window_layout_[layer];
-  if (s.row_bytes == 0) return coded_v_pages(layer);
-  return CodedPagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
-                        window_codec_->row_format(), window_store_->window_of()};
+  if (s.row_bytes == 0) return v_pages(layer);
+  return PagedRows{window_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
+                   window_codec_->row_format(), window_store_->window_of()};
 }
 
 }  // namespace tq

@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "errors/error.h"
-#include "kernels/attention_fp.h"
-#include "kernels/attention_coded.h"
+#include "kernels/paged_attention.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_row_codec.h"
 #include "kv/kv_window_store.h"
@@ -123,18 +122,15 @@ class KvCache {
   // Read back the stored K and V of one token (decoded, in model space): k, v [num_kv_heads, head_dim].
   void read(int layer, const BlockTable& table, int position, float* k, float* v) const;
 
-  // True when layer's K and V are both f32/bf16/f16 (the FP attention kernel reads them).
+  // True when layer's K and V are both f32/bf16/f16 (the exact attention kernel reads them).
   bool layer_is_fp(int layer) const;
-  // Views the FP attention kernel reads (FP layers only).
+  // Views the paged attention kernels read (any layer, rows as stored).
   PagedRows k_pages(int layer) const;
   PagedRows v_pages(int layer) const;
-  // Views the coded attention kernel reads (any layer).
-  CodedPagedRows coded_k_pages(int layer) const;
-  CodedPagedRows coded_v_pages(int layer) const;
   // The full-precision window rows of a layer (windows.dtype in storage space, through the window
   // store's block map); an FP side's own pages. Only while shape().windows.any().
-  CodedPagedRows window_k_pages(int layer) const;
-  CodedPagedRows window_v_pages(int layer) const;
+  PagedRows window_k_pages(int layer) const;
+  PagedRows window_v_pages(int layer) const;
   const KvRowCodec& k_codec(int layer) const { return k_codecs_[layer]; }
   const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 

@@ -6,6 +6,7 @@
 
 #include "errors/error.h"
 #include "kernels/dequantize.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/tq_packing.h"
 
 namespace tq {
@@ -129,9 +130,9 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
     case KvDtype::F32: return d * 4;
     case KvDtype::BF16:
     case KvDtype::F16: return d * 2;
-    case KvDtype::Q8_0: return d / 32 * 34;
+    case KvDtype::Q8_0: return d / BlockQ8_0::kValues * sizeof(BlockQ8_0);
     case KvDtype::Q4_0:
-    case KvDtype::Q4_0H: return d / 32 * 18;
+    case KvDtype::Q4_0H: return d / BlockQ4_0::kValues * sizeof(BlockQ4_0);
     default: break;
   }
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
@@ -141,17 +142,6 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
 }
 
 double kv_bits_per_element(KvDtype dtype, int head_dim) { return 8.0 * kv_row_bytes(dtype, head_dim) / head_dim; }
-
-FpElem kv_fp_elem(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::F32: return FpElem::F32;
-    case KvDtype::BF16: return FpElem::BF16;
-    case KvDtype::F16: return FpElem::F16;
-    default: break;
-  }
-  require_fp(dtype, "the FP attention kernel");
-  return FpElem::F32;
-}
 
 void kv_encode_row(KvDtype dtype, const float* src, int head_dim, void* dst) {
   switch (dtype) {

@@ -17,8 +17,6 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/attention_fp.h"
-
 namespace tq {
 
 enum class KvDtype { F32, BF16, F16, Q8_0, Q4_0, Q4_0H, TQ4, TQ3, TQ2, TQ3_5, TQ2_5, TQ4H, TQ3H, TQ2H, TQ4C, TQ3C, TQ2C };
@@ -45,9 +43,6 @@ void check_kv_dtype(KvDtype dtype, int head_dim, bool hadamard_rotation);
 size_t kv_row_bytes(KvDtype dtype, int head_dim);
 // Stored bits per element, norms and scales included.
 double kv_bits_per_element(KvDtype dtype, int head_dim);
-
-// The element type the FP attention kernel reads (FP dtypes only).
-FpElem kv_fp_elem(KvDtype dtype);
 
 // FP dtypes only. Store one row: src [head_dim] fp32 → dst [kv_row_bytes].
 void kv_encode_row(KvDtype dtype, const float* src, int head_dim, void* dst);

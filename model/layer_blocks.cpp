@@ -6,9 +6,8 @@
 #include <vector>
 
 #include "kernels/activation.h"
-#include "kernels/attention_coded.h"
-#include "kernels/attention_fp.h"
 #include "kernels/norm.h"
+#include "kernels/paged_attention.h"
 #include "kernels/rope.h"
 #include "errors/error.h"
 
@@ -43,10 +42,9 @@ void rotate_qk(LayerContext& c) {
 
 namespace {
 
-// The fields both attention kernels' arguments share, for token t of the batch.
-template <class Args>
-Args attention_args(const LayerContext& c, int t, const float* q, float scale, float* out) {
-  Args a;
+// The attention arguments of token t of the batch that do not depend on the cache's formats.
+PagedAttentionArgs attention_args(const LayerContext& c, int t, const float* q, float scale, float* out) {
+  PagedAttentionArgs a;
   a.q = q;
   a.n_q_heads = c.config.num_heads;
   a.n_kv_heads = c.config.num_kv_heads;
@@ -59,24 +57,29 @@ Args attention_args(const LayerContext& c, int t, const float* q, float scale, f
   return a;
 }
 
-// Full-precision K and V: the FP kernel, exactly as before quantized pages existed. Work items
-// are (token, KV head) pairs so that a single decoding sequence still uses every thread; a
-// head's arithmetic does not depend on which thread runs it.
+// Full-precision K and V: the exact kernel (the plain loop's arithmetic). Work items are
+// (token, KV head) pairs so that a single decoding sequence still uses every thread; a head's
+// arithmetic does not depend on which thread runs it. Arguments are checked before the parallel
+// loop: an exception thrown inside it would terminate the program.
 void attend_fp(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
   const int T = c.batch.size(), n_kv = m.num_kv_heads;
   const int64_t q_dim = int64_t{m.num_heads} * m.head_dim;
   const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
+  const auto token_args = [&](int t) {
+    PagedAttentionArgs a = attention_args(c, t, c.buf.q.data() + t * q_dim, scale, c.buf.attn.data() + t * q_dim);
+    a.k = k_pages;
+    a.v = v_pages;
+    return a;
+  };
+  for (int t = 0; t < T; ++t) check_paged_attention_args(token_args(t));
 #pragma omp parallel for schedule(dynamic) if (T * n_kv > 1)
   for (int item = 0; item < T * n_kv; ++item) {
     const int t = item / n_kv, g = item % n_kv;
-    FpAttentionArgs a =
-        attention_args<FpAttentionArgs>(c, t, c.buf.q.data() + t * q_dim, scale, c.buf.attn.data() + t * q_dim);
-    a.k = k_pages;
-    a.v = v_pages;
+    PagedAttentionArgs a = token_args(t);
     a.kv_head_begin = g;
     a.kv_head_end = g + 1;
-    paged_attention_fp(a);
+    paged_attention_exact(a);
   }
 }
 
@@ -107,18 +110,18 @@ void check_window_rows(const LayerContext& c) {
 
 // Quantized K and/or V: q goes into K's storage space once per head, the kernel scores and
 // accumulates rows as stored (rotated space for TurboQuant), and the output comes back from V's
-// storage space once per head.
+// storage space once per head. Arguments are checked before the parallel region, as in attend_fp.
 void attend_coded(LayerContext& c, float scale) {
   const ModelConfig& m = c.config;
   const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads, n_kv = m.num_kv_heads;
   const int64_t q_dim = int64_t{m.num_heads} * d, kv_dim = int64_t{n_kv} * d;
   const KvRowCodec& kc = c.cache.k_codec(c.layer);
   const KvRowCodec& vc = c.cache.v_codec(c.layer);
-  const CodedPagedRows k_pages = c.cache.coded_k_pages(c.layer), v_pages = c.cache.coded_v_pages(c.layer);
+  const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
   const bool exact_chunk = c.cache.options().exact_chunk_rows;
   const KvWindows& windows = c.cache.shape().windows;
-  const CodedPagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : CodedPagedRows{};
-  const CodedPagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : CodedPagedRows{};
+  const PagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : PagedRows{};
+  const PagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : PagedRows{};
   if (windows.any() && c.layer == 0) check_window_rows(c);
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
@@ -139,6 +142,41 @@ void attend_coded(LayerContext& c, float scale) {
     c.buf.part_max.resize(size_t(n_parts) * m.num_heads);
     c.buf.part_sum.resize(size_t(n_parts) * m.num_heads);
   }
+  // The arguments of part slot `slot` (every KV head).
+  const auto part_args = [&](int slot) {
+    const int t = static_cast<int>(std::upper_bound(first_part.begin(), first_part.end(), slot) - first_part.begin()) - 1;
+    const int part = slot - first_part[t], parts = first_part[t + 1] - first_part[t];
+    float* out = parts == 1 ? c.buf.attn_store.data() + t * q_dim : c.buf.part_out.data() + slot * q_dim;
+    PagedAttentionArgs a = attention_args(c, t, c.buf.q_store.data() + t * q_dim, scale, out);
+    a.k = k_pages;
+    a.v = v_pages;
+    if (windows.any()) {  // which rows t reads at full precision depends on its position alone
+      a.windows = true;
+      a.window_k = k_window;
+      a.window_v = v_window;
+      std::tie(a.coded_begin, a.coded_end) = windows.coded_range(c.batch.positions[t]);
+    }
+    a.ctx_begin = part * kAttentionPartRows;
+    a.n_ctx = std::min(a.n_ctx, (part + 1) * kAttentionPartRows);
+    if (parts > 1) {
+      a.partial_max = c.buf.part_max.data() + size_t(slot) * m.num_heads;
+      a.partial_sum = c.buf.part_sum.data() + size_t(slot) * m.num_heads;
+    }
+    if (exact_chunk) {
+      // The chunk of t's sequence in this batch: consecutive tokens with the same table.
+      int first = t;
+      while (first > 0 && c.batch.tables[first - 1] == c.batch.tables[t] &&
+             c.batch.positions[first - 1] == c.batch.positions[first] - 1)
+        --first;
+      // Rows from the chunk's first position on come from the exact arrays (none of this part's
+      // when the chunk starts after it).
+      a.exact_from = std::min(c.batch.positions[first], a.n_ctx);
+      a.exact_k = c.buf.k_exact.data() + first * kv_dim;
+      a.exact_v = c.buf.v_exact.data() + first * kv_dim;
+    }
+    return a;
+  };
+  for (int slot = 0; slot < n_parts; ++slot) check_paged_attention_args(part_args(slot));
 #pragma omp parallel if (T * n_kv > 1 || n_parts > T)
   {
 #pragma omp for schedule(static)
@@ -150,39 +188,10 @@ void attend_coded(LayerContext& c, float scale) {
 #pragma omp for schedule(dynamic)
     for (int item = 0; item < n_parts * n_kv; ++item) {  // (part, KV head) pairs
       const int slot = item / n_kv, g = item % n_kv;
-      const int t = static_cast<int>(std::upper_bound(first_part.begin(), first_part.end(), slot) - first_part.begin()) - 1;
-      const int part = slot - first_part[t], parts = first_part[t + 1] - first_part[t];
-      float* out = parts == 1 ? c.buf.attn_store.data() + t * q_dim : c.buf.part_out.data() + slot * q_dim;
-      CodedAttentionArgs a = attention_args<CodedAttentionArgs>(c, t, c.buf.q_store.data() + t * q_dim, scale, out);
-      a.k = k_pages;
-      a.v = v_pages;
-      if (windows.any()) {  // which rows t reads at full precision depends on its position alone
-        a.windows = true;
-        a.window_k = k_window;
-        a.window_v = v_window;
-        std::tie(a.coded_begin, a.coded_end) = windows.coded_range(c.batch.positions[t]);
-      }
-      a.ctx_begin = part * kAttentionPartRows;
-      a.n_ctx = std::min(a.n_ctx, (part + 1) * kAttentionPartRows);
-      if (parts > 1) {
-        a.partial_max = c.buf.part_max.data() + size_t(slot) * m.num_heads;
-        a.partial_sum = c.buf.part_sum.data() + size_t(slot) * m.num_heads;
-      }
-      if (exact_chunk) {
-        // The chunk of t's sequence in this batch: consecutive tokens with the same table.
-        int first = t;
-        while (first > 0 && c.batch.tables[first - 1] == c.batch.tables[t] &&
-               c.batch.positions[first - 1] == c.batch.positions[first] - 1)
-          --first;
-        // Rows from the chunk's first position on come from the exact arrays (none of this part's
-        // when the chunk starts after it).
-        a.exact_from = std::min(c.batch.positions[first], a.n_ctx);
-        a.exact_k = c.buf.k_exact.data() + first * kv_dim;
-        a.exact_v = c.buf.v_exact.data() + first * kv_dim;
-      }
+      PagedAttentionArgs a = part_args(slot);
       a.kv_head_begin = g;
       a.kv_head_end = g + 1;
-      paged_attention_coded(a);
+      paged_attention_fast(a);
     }
 #pragma omp for schedule(static)
     for (int item = 0; item < T * n_kv; ++item) {  // combine the parts; output from V's storage space

@@ -5,6 +5,7 @@
 
 #include "errors/error.h"
 #include "kernels/dequantize.h"
+#include "kernels/ggml_blocks.h"
 
 namespace tq {
 namespace {
@@ -24,19 +25,20 @@ void store_f16(uint8_t* p, float v) {
 
 void quantize_row_q8_0(const float* x, int n, uint8_t* out) {
   check_n(n, "q8_0");
-  for (int b = 0; b < n / kBlock; ++b, x += kBlock, out += 2 + kBlock) {
+  for (int b = 0; b < n / kBlock; ++b, x += kBlock, out += sizeof(BlockQ8_0)) {
     float amax = 0.0f;
     for (int j = 0; j < kBlock; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    store_f16(out, d);
-    for (int j = 0; j < kBlock; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
+    store_f16(out + offsetof(BlockQ8_0, d), d);
+    uint8_t* qs = out + offsetof(BlockQ8_0, qs);
+    for (int j = 0; j < kBlock; ++j) qs[j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
   }
 }
 
 void quantize_row_q4_0(const float* x, int n, uint8_t* out) {
   check_n(n, "q4_0");
-  for (int b = 0; b < n / kBlock; ++b, x += kBlock, out += 2 + kBlock / 2) {
+  for (int b = 0; b < n / kBlock; ++b, x += kBlock, out += sizeof(BlockQ4_0)) {
     // The value of largest magnitude, with its sign, maps to -8 (ggml's choice: the full
     // 16-level range is used on the side of the extreme value).
     float amax = 0.0f, max = 0.0f;
@@ -48,10 +50,11 @@ void quantize_row_q4_0(const float* x, int n, uint8_t* out) {
     }
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    store_f16(out, d);
+    store_f16(out + offsetof(BlockQ4_0, d), d);
+    uint8_t* qs = out + offsetof(BlockQ4_0, qs);
     for (int j = 0; j < kBlock / 2; ++j) {
       const int lo = static_cast<int8_t>(x[j] * id + 8.5f), hi = static_cast<int8_t>(x[j + 16] * id + 8.5f);
-      out[2 + j] = static_cast<uint8_t>((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+      qs[j] = static_cast<uint8_t>((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
     }
   }
 }

@@ -1,6 +1,6 @@
 // The KV-cache baselines llama.cpp offers, for honest comparison with TurboQuant in the same
 // engine: q8_0 and q4_0, 32-element blocks with an fp16 scale, quantized exactly as ggml's
-// reference quantize_row_q8_0_ref / quantize_row_q4_0_ref (block layouts: kernels/coded_row.h).
+// reference quantize_row_q8_0_ref / quantize_row_q4_0_ref (block layouts: kernels/ggml_blocks.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Coded paged attention (kernels/attention_coded.h) over rows of every stored format
+// Coded paged attention (kernels/paged_attention.h) over rows of every stored format
 // (kernels/coded_row.h): in storage space it equals ordinary attention over the rows decoded by
 // decode_coded_row_scalar, for every codec, bit width, head size, GQA grouping, context length,
 // block size and mix of K/V formats; the AVX2 row decoders are bit-identical to the scalar ones;
@@ -17,8 +17,7 @@
 
 #include "support/coded_pages_support.h"
 #include "errors/error.h"
-#include "kernels/attention_coded.h"
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 #include "kernels/coded_row.h"
 #include "kernels/dequantize.h"
 #include "kernels/tq_packing.h"
@@ -41,7 +40,7 @@ void check_against_reference(const Spec& ks, const Spec& vs, int d, int group, i
   const Pages p = build_pages(d, n_kv, n_ctx, block_size, ks, vs, rng);
   const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 1.5f);
   std::vector<float> out(size_t(n_q) * d, -7.0f), ref(out.size());
-  paged_attention_coded_scalar(make_args(p, q.data(), n_q, out.data()));
+  paged_attention_exact_scalar(make_args(p, q.data(), n_q, out.data()));
   attention_reference(q.data(), p.k_dec.data(), p.v_dec.data(), n_q, n_kv, d, n_ctx, 1.0f / std::sqrt(float(d)),
                       ref.data());
   EXPECT_LE(relative_diff(out, ref), 1e-5f);
@@ -251,7 +250,7 @@ TEST(CodedAttention, Avx2MatchesScalar) {
   {
     Pages p = build_pages(64, 1, 3, 16, kTq4, kTq4, rng);
     std::vector<float> q(64), out(64);
-    if (!paged_attention_coded_avx2_available(make_args(p, q.data(), 1, out.data())))
+    if (!paged_attention_fast_avx2_available(make_args(p, q.data(), 1, out.data())))
       GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
   }
   int cases = 0;
@@ -270,11 +269,11 @@ TEST(CodedAttention, Avx2MatchesScalar) {
           const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, ks, vs, rng);
           const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
           std::vector<float> scalar(size_t(n_q) * d), simd(scalar.size(), -3.0f), dispatch(scalar.size(), -5.0f);
-          const CodedAttentionArgs a = make_args(p, q.data(), n_q, scalar.data());
-          ASSERT_TRUE(paged_attention_coded_avx2_available(a));
-          paged_attention_coded_scalar(a);
-          paged_attention_coded_avx2(make_args(p, q.data(), n_q, simd.data()));
-          paged_attention_coded(make_args(p, q.data(), n_q, dispatch.data()));
+          const PagedAttentionArgs a = make_args(p, q.data(), n_q, scalar.data());
+          ASSERT_TRUE(paged_attention_fast_avx2_available(a));
+          paged_attention_exact_scalar(a);
+          paged_attention_fast_avx2(make_args(p, q.data(), n_q, simd.data()));
+          paged_attention_fast(make_args(p, q.data(), n_q, dispatch.data()));
           EXPECT_LE(relative_diff(simd, scalar), 1e-5f);
           EXPECT_EQ(dispatch, simd);
           ++cases;
@@ -289,7 +288,7 @@ TEST(CodedAttention, Avx2MatchesScalar) {
 // dot products) gives the plain scalar kernel's result bit for bit, for every codec, head size
 // (multiples of 8 take the SIMD path, 36 the plain one) and context length (8-position groups
 // and their tails).
-TEST(CodedAttention, FastDecodeKernelIsBitIdenticalToScalar) {
+TEST(CodedAttention, ExactKernelIsBitIdenticalToExactScalar) {
   std::mt19937 rng(99);
   int cases = 0;
   for (int d : {64, 128, 96, 36, 8, 16}) {
@@ -300,10 +299,10 @@ TEST(CodedAttention, FastDecodeKernelIsBitIdenticalToScalar) {
         const int n_kv = 2, n_q = 6;
         const Pages p = build_pages(d, n_kv, n_ctx, 16, s, s, rng);
         const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
-        std::vector<float> plain(size_t(n_q) * d), fast(plain.size(), -1.0f);
-        paged_attention_coded_scalar(make_args(p, q.data(), n_q, plain.data()));
-        paged_attention_coded_scalar_fast_decode(make_args(p, q.data(), n_q, fast.data()));
-        ASSERT_EQ(0, std::memcmp(plain.data(), fast.data(), plain.size() * sizeof(float)));
+        std::vector<float> plain(size_t(n_q) * d), exact(plain.size(), -1.0f);
+        paged_attention_exact_scalar(make_args(p, q.data(), n_q, plain.data()));
+        paged_attention_exact(make_args(p, q.data(), n_q, exact.data()));
+        ASSERT_EQ(0, std::memcmp(plain.data(), exact.data(), plain.size() * sizeof(float)));
         ++cases;
       }
     }
@@ -312,8 +311,8 @@ TEST(CodedAttention, FastDecodeKernelIsBitIdenticalToScalar) {
 }
 
 // A prefill chunk's own rows passed unquantized (exact_from): positions before it come from the
-// pages, positions from it on from the exact arrays, in every kernel (fast-decode bit-identical
-// to scalar), for chunks that start mid-block, at 0 and at the last position.
+// pages, positions from it on from the exact arrays, in every kernel (exact bit-identical
+// to exact scalar), for chunks that start mid-block, at 0 and at the last position.
 TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
   std::mt19937 rng(515);
   for (int d : {64, 36}) {
@@ -334,7 +333,7 @@ TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
         attention_reference(q.data(), k_all.data(), v_all.data(), n_q, n_kv, d, n_ctx, 1.0f / std::sqrt(float(d)),
                             ref.data());
         const auto args = [&](float* out) {
-          CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
+          PagedAttentionArgs a = make_args(p, q.data(), n_q, out);
           a.exact_from = exact_from;
           a.exact_k = exact_k.data();
           a.exact_v = exact_v.data();
@@ -346,12 +345,12 @@ TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
   }
   std::vector<float> q(64), out(64), rows(64);
   Pages p = build_pages(64, 1, 4, 16, kTq4, kTq4, rng);
-  CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
+  PagedAttentionArgs a = make_args(p, q.data(), 1, out.data());
   a.exact_from = 2;  // rows missing
-  EXPECT_THROW(paged_attention_coded_scalar(a), Error);
+  EXPECT_THROW(paged_attention_exact_scalar(a), Error);
   a.exact_k = a.exact_v = rows.data();
   a.exact_from = 5;  // past n_ctx
-  EXPECT_THROW(paged_attention_coded_scalar(a), Error);
+  EXPECT_THROW(paged_attention_exact_scalar(a), Error);
 }
 
 // head_dim 36 is no multiple of 8: no AVX2 kernel, and dispatch runs the scalar one.
@@ -360,8 +359,8 @@ TEST(CodedAttention, ExactChunkRowsReplaceTheTailOfThePages) {
 // chunk's exact rows spanning a split; the FP path's kernel refuses parts.
 TEST(CodedAttention, PartsCombineToTheWholeContext) {
   std::mt19937 rng(31);
-  using Kernel = void (*)(const CodedAttentionArgs&);
-  for (Kernel kernel : std::vector<Kernel>{paged_attention_coded_scalar, paged_attention_coded}) {
+  using Kernel = void (*)(const PagedAttentionArgs&);
+  for (Kernel kernel : std::vector<Kernel>{paged_attention_exact_scalar, paged_attention_fast}) {
     for (const Spec& s : {kTq4, kQ8}) {
       const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 301;
       const Pages p = build_pages(d, n_kv, n_ctx, 16, s, s, rng);
@@ -372,7 +371,7 @@ TEST(CodedAttention, PartsCombineToTheWholeContext) {
         for (const std::vector<int>& cuts : std::vector<std::vector<int>>{{0, 301}, {0, 256, 301}, {0, 7, 7, 260, 301}}) {
           SCOPED_TRACE(spec_name(s) + " exact " + std::to_string(exact) + " parts " + std::to_string(cuts.size() - 1));
           auto args = [&](float* out) {
-            CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
+            PagedAttentionArgs a = make_args(p, q.data(), n_q, out);
             if (exact) a.exact_from = 250, a.exact_k = exact_k.data(), a.exact_v = exact_v.data();
             return a;
           };
@@ -381,7 +380,7 @@ TEST(CodedAttention, PartsCombineToTheWholeContext) {
           const int parts = static_cast<int>(cuts.size()) - 1;
           std::vector<float> part_out(size_t(parts) * n_q * d, -3.0f), part_max(size_t(parts) * n_q), part_sum(part_max.size());
           for (int i = 0; i < parts; ++i) {
-            CodedAttentionArgs a = args(part_out.data() + size_t(i) * n_q * d);
+            PagedAttentionArgs a = args(part_out.data() + size_t(i) * n_q * d);
             a.ctx_begin = cuts[i];
             a.n_ctx = cuts[i + 1];
             if (exact) a.exact_from = std::min(a.exact_from, a.n_ctx);
@@ -394,30 +393,30 @@ TEST(CodedAttention, PartsCombineToTheWholeContext) {
           EXPECT_LE(relative_diff(combined, whole), 2e-6f);
         }
       }
-      CodedAttentionArgs a = make_args(p, q.data(), n_q, std::vector<float>(size_t(n_q) * d).data());
+      PagedAttentionArgs a = make_args(p, q.data(), n_q, std::vector<float>(size_t(n_q) * d).data());
       a.ctx_begin = n_ctx + 1;
       EXPECT_THROW(kernel(a), Error);
     }
   }
   const Pages p = build_pages(64, 1, 40, 16, kF16, kF16, rng);
   std::vector<float> q(64), out(64), m(1), sum(1);
-  CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
+  PagedAttentionArgs a = make_args(p, q.data(), 1, out.data());
   a.ctx_begin = 16;
-  EXPECT_THROW(paged_attention_coded_scalar_fast_decode(a), Error);
+  EXPECT_THROW(paged_attention_exact(a), Error);
   a.ctx_begin = 0;
   a.partial_max = m.data();
-  EXPECT_THROW(paged_attention_coded_scalar(a), Error);  // partial_sum missing
+  EXPECT_THROW(paged_attention_exact_scalar(a), Error);  // partial_sum missing
   a.partial_sum = sum.data();
-  EXPECT_THROW(paged_attention_coded_scalar_fast_decode(a), Error);
+  EXPECT_THROW(paged_attention_exact(a), Error);
 }
 
 // Computing KV heads one range at a time (as the model does across threads) gives the result
 // of one call over all heads bit for bit, in every kernel, and leaves other heads' outputs alone.
 TEST(CodedAttention, HeadRangesGiveTheWholeCallsResult) {
   std::mt19937 rng(77);
-  using Kernel = void (*)(const CodedAttentionArgs&);
-  const std::vector<Kernel> kernels = {paged_attention_coded, paged_attention_coded_scalar,
-                                       paged_attention_coded_scalar_fast_decode};
+  using Kernel = void (*)(const PagedAttentionArgs&);
+  const std::vector<Kernel> kernels = {paged_attention_fast, paged_attention_exact_scalar,
+                                       paged_attention_exact};
   for (const Spec& s : {kTq4, kAllSpecs[0]}) {
     const int d = 64, n_kv = 3, group = 3, n_q = n_kv * group;
     const Pages p = build_pages(d, n_kv, 45, 16, s, s, rng);
@@ -426,7 +425,7 @@ TEST(CodedAttention, HeadRangesGiveTheWholeCallsResult) {
       std::vector<float> whole(size_t(n_q) * d), split(whole.size(), -7.0f);
       kernel(make_args(p, q.data(), n_q, whole.data()));
       for (int g = n_kv - 1; g >= 0; --g) {
-        CodedAttentionArgs a = make_args(p, q.data(), n_q, split.data());
+        PagedAttentionArgs a = make_args(p, q.data(), n_q, split.data());
         a.kv_head_begin = g;
         a.kv_head_end = g + 1;
         kernel(a);
@@ -436,10 +435,10 @@ TEST(CodedAttention, HeadRangesGiveTheWholeCallsResult) {
     }
   }
   const Pages small = build_pages(64, 2, 4, 16, kTq4, kTq4, rng);
-  CodedAttentionArgs bad = make_args(small, nullptr, 2, nullptr);
+  PagedAttentionArgs bad = make_args(small, nullptr, 2, nullptr);
   bad.kv_head_begin = 1;
   bad.kv_head_end = 3;
-  EXPECT_THROW(paged_attention_coded(bad), std::exception);
+  EXPECT_THROW(paged_attention_fast(bad), std::exception);
 }
 
 TEST(CodedAttention, OddHeadDimUsesScalar) {
@@ -449,11 +448,11 @@ TEST(CodedAttention, OddHeadDimUsesScalar) {
     const Pages p = build_pages(36, 2, 50, 16, ks, vs, rng);
     const std::vector<float> q = random_vec(4 * 36, rng);
     std::vector<float> scalar(4 * 36), dispatch(4 * 36);
-    const CodedAttentionArgs a = make_args(p, q.data(), 4, scalar.data());
-    EXPECT_FALSE(paged_attention_coded_avx2_available(a));
-    EXPECT_THROW(paged_attention_coded_avx2(a), Error);
-    paged_attention_coded_scalar(a);
-    paged_attention_coded(make_args(p, q.data(), 4, dispatch.data()));
+    const PagedAttentionArgs a = make_args(p, q.data(), 4, scalar.data());
+    EXPECT_FALSE(paged_attention_fast_avx2_available(a));
+    EXPECT_THROW(paged_attention_fast_avx2(a), Error);
+    paged_attention_exact_scalar(a);
+    paged_attention_fast(make_args(p, q.data(), 4, dispatch.data()));
     EXPECT_EQ(dispatch, scalar);
   }
 }
@@ -462,7 +461,7 @@ TEST(CodedAttention, EmptyContextGivesZeros) {
   for (const Spec& s : {kTq4, kQ8, kF16, kSplit43}) {
     const int d = 64;
     std::vector<float> q(2 * d, 1.0f), out(2 * d, 9.0f);
-    CodedAttentionArgs a;
+    PagedAttentionArgs a;
     a.q = q.data();
     a.n_q_heads = 2;
     a.n_kv_heads = 1;
@@ -470,14 +469,14 @@ TEST(CodedAttention, EmptyContextGivesZeros) {
     a.k.format = a.v.format = format_for(s, d);
     a.out = out.data();
     a.n_ctx = 0;  // no block table, no pages
-    paged_attention_coded_scalar(a);
+    paged_attention_exact_scalar(a);
     for (float o : out) ASSERT_EQ(o, 0.0f) << spec_name(s);
     std::fill(out.begin(), out.end(), 9.0f);
-    paged_attention_coded(a);
+    paged_attention_fast(a);
     for (float o : out) ASSERT_EQ(o, 0.0f) << spec_name(s);
-    if (paged_attention_coded_avx2_available(a)) {
+    if (paged_attention_fast_avx2_available(a)) {
       std::fill(out.begin(), out.end(), 9.0f);
-      paged_attention_coded_avx2(a);
+      paged_attention_fast_avx2(a);
       for (float o : out) ASSERT_EQ(o, 0.0f) << spec_name(s);
     }
   }
@@ -489,7 +488,7 @@ TEST(CodedAttention, SingleRowIsCopied) {
   const Pages p = build_pages(128, 2, 1, 16, kTq3, kSplit43, rng);
   const std::vector<float> q = random_vec(6 * 128, rng, 3.0f);
   std::vector<float> out(6 * 128);
-  paged_attention_coded(make_args(p, q.data(), 6, out.data()));
+  paged_attention_fast(make_args(p, q.data(), 6, out.data()));
   for (int h = 0; h < 6; ++h)
     for (int j = 0; j < 128; ++j) ASSERT_NEAR(out[h * 128 + j], p.v_dec[(h / 3) * 128 + j], 1e-6f) << h << " " << j;
 }
@@ -499,15 +498,17 @@ TEST(CodedAttention, BadArgumentsFail) {
   std::mt19937 rng(5);
   const Pages p = build_pages(d, 2, 10, 4, kTq4, kQ8, rng);
   std::vector<float> q(6 * d, 0.5f), out(6 * d);
-  const CodedAttentionArgs a = make_args(p, q.data(), 6, out.data());
-  EXPECT_NO_THROW(paged_attention_coded(a));
-  EXPECT_NO_THROW(paged_attention_coded_scalar(a));
-  const auto expect_fail = [](const CodedAttentionArgs& bad, const char* what) {
-    EXPECT_THROW(paged_attention_coded(bad), Error) << what;
-    EXPECT_THROW(paged_attention_coded_scalar(bad), Error) << what;
-    EXPECT_THROW(paged_attention_coded_avx2(bad), Error) << what;
+  const PagedAttentionArgs a = make_args(p, q.data(), 6, out.data());
+  EXPECT_NO_THROW(paged_attention_fast(a));
+  EXPECT_NO_THROW(paged_attention_exact_scalar(a));
+  EXPECT_NO_THROW(check_paged_attention_args(a));
+  const auto expect_fail = [](const PagedAttentionArgs& bad, const char* what) {
+    EXPECT_THROW(check_paged_attention_args(bad), Error) << what;  // what callers check before a parallel loop
+    EXPECT_THROW(paged_attention_fast(bad), Error) << what;
+    EXPECT_THROW(paged_attention_exact_scalar(bad), Error) << what;
+    EXPECT_THROW(paged_attention_fast_avx2(bad), Error) << what;
   };
-  CodedAttentionArgs bad = a;
+  PagedAttentionArgs bad = a;
   bad.n_q_heads = 5;
   expect_fail(bad, "n_q_heads not a multiple of n_kv_heads");
   bad = a;

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 #include "errors/error.h"
 #include "kv/kv_cache.h"
 
@@ -55,7 +55,7 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
   std::vector<float> expected(q.size()), got(q.size());
   attention_reference(q.data(), k_stored.data(), v_stored.data(), c.n_q_heads, c.n_kv_heads, c.head_dim, c.n_ctx, scale,
                       expected.data());
-  FpAttentionArgs a;
+  PagedAttentionArgs a;
   a.q = q.data();
   a.n_q_heads = c.n_q_heads;
   a.n_kv_heads = c.n_kv_heads;
@@ -67,7 +67,7 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
   a.v = cache.v_pages(0);
   a.scale = scale;
   a.out = got.data();
-  paged_attention_fp(a);
+  paged_attention_exact(a);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 2e-5f) << "at " << i;
 }
 

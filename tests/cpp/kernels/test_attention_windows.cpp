@@ -1,4 +1,4 @@
-// Coded attention's newer row and page forms (kernels/attention_coded.h, kernels/coded_row.h):
+// Coded attention's newer row and page forms (kernels/paged_attention.h, kernels/coded_row.h):
 // TurboQuant rows with an fp16 scale, and full-precision window rows read in place of the pages
 // outside a query's coded range.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "support/coded_pages_support.h"
 #include "errors/error.h"
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 
 namespace tq {
 namespace {
@@ -83,7 +83,7 @@ TEST(CodedAttention, WindowRowsReplaceThePagesOutsideTheCodedRange) {
         attention_reference(q.data(), k_all.data(), v_all.data(), n_q, n_kv, d, n_ctx, 1.0f / std::sqrt(float(d)),
                             ref.data());
         const auto args = [&](float* out) {
-          CodedAttentionArgs a = make_args(p, q.data(), n_q, out);
+          PagedAttentionArgs a = make_args(p, q.data(), n_q, out);
           a.windows = true;
           a.window_k = w.k;
           a.window_v = w.v;
@@ -101,13 +101,13 @@ TEST(CodedAttention, WindowRowsReplaceThePagesOutsideTheCodedRange) {
         // In two parts split inside the coded range, combined: the same result.
         std::vector<float> parts(2 * ref.size()), stats_max(2 * n_q), stats_sum(2 * n_q), combined(ref.size());
         for (int part = 0; part < 2; ++part) {
-          CodedAttentionArgs a = args(parts.data() + part * ref.size());
+          PagedAttentionArgs a = args(parts.data() + part * ref.size());
           a.ctx_begin = part == 0 ? 0 : 27;
           a.n_ctx = part == 0 ? 27 : n_ctx;
           if (a.exact_from > a.n_ctx) a.exact_from = a.n_ctx;  // as the layer does: none in this part
           a.partial_max = stats_max.data() + part * n_q;
           a.partial_sum = stats_sum.data() + part * n_q;
-          paged_attention_coded(a);
+          paged_attention_fast(a);
         }
         combine_attention_parts(2, parts.data(), ref.size(), stats_max.data(), stats_sum.data(), n_q, n_q, d,
                                 combined.data());
@@ -117,9 +117,9 @@ TEST(CodedAttention, WindowRowsReplaceThePagesOutsideTheCodedRange) {
   }
   std::vector<float> q(64), out(64);
   Pages p = build_pages(64, 1, 4, 16, kTq4, kTq4, rng);
-  CodedAttentionArgs a = make_args(p, q.data(), 1, out.data());
+  PagedAttentionArgs a = make_args(p, q.data(), 1, out.data());
   a.windows = true;  // window pages missing
-  EXPECT_THROW(paged_attention_coded_scalar(a), Error);
+  EXPECT_THROW(paged_attention_exact_scalar(a), Error);
 }
 
 }  // namespace

@@ -11,8 +11,7 @@
 
 #include "engine/kv_calibration.h"
 #include "errors/error.h"
-#include "kernels/attention_coded.h"
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 
@@ -64,12 +63,12 @@ std::vector<float> cached_attention(const Data& x, KvDtype dtype, const KvAffine
   const int group = kQHeads / kKvHeads;
   std::vector<float> q_store(x.q.size()), out_store(x.q.size()), out(x.q.size());
   for (int h = 0; h < kQHeads; ++h) cache.k_codec(0).query_to_storage(&x.q[h * kD], h / group, &q_store[h * kD]);
-  CodedAttentionArgs a;
+  PagedAttentionArgs a;
   a.q = q_store.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = kD;
   a.block_table = table.blocks.data(), a.block_size = shape.block_size, a.n_ctx = kCtx;
-  a.k = cache.coded_k_pages(0), a.v = cache.coded_v_pages(0);
+  a.k = cache.k_pages(0), a.v = cache.v_pages(0);
   a.scale = 1.0f / std::sqrt(float(kD)), a.out = out_store.data();
-  paged_attention_coded(a);
+  paged_attention_fast(a);
   for (int h = 0; h < kQHeads; ++h) cache.v_codec(0).output_from_storage(&out_store[h * kD], h / group, &out[h * kD]);
   return out;
 }

@@ -19,8 +19,7 @@
 
 #include "engine/kv_calibration.h"
 #include "errors/error.h"
-#include "kernels/attention_coded.h"
-#include "kernels/attention_fp.h"
+#include "kernels/paged_attention.h"
 #include "kernels/coded_row.h"
 #include "kernels/dequantize.h"
 #include "kernels/rope.h"
@@ -458,12 +457,10 @@ TEST(KvQuantizedCache, ProtectedLayersAndAttentionOverPages) {
       const bool fp = l == 0 || l == layers - 1;
       EXPECT_EQ(cache.layer_is_fp(l), fp) << l;
       EXPECT_EQ(shape.k_dtype_of(l), fp ? KvDtype::F16 : kd);
-      EXPECT_EQ(cache.coded_k_pages(l).format.codec == RowCodec::F16, fp) << l;
-      EXPECT_EQ(cache.coded_k_pages(l).row_stride, kv_row_bytes(shape.k_dtype_of(l), d));
-      EXPECT_EQ(cache.coded_v_pages(l).row_stride, kv_row_bytes(shape.v_dtype_of(l), d));
+      EXPECT_EQ(cache.k_pages(l).format.codec == RowCodec::F16, fp) << l;
+      EXPECT_EQ(cache.k_pages(l).row_stride, kv_row_bytes(shape.k_dtype_of(l), d));
+      EXPECT_EQ(cache.v_pages(l).row_stride, kv_row_bytes(shape.v_dtype_of(l), d));
     }
-    EXPECT_NO_THROW(cache.k_pages(0));
-    EXPECT_THROW(cache.k_pages(1), Error);
 
     BlockPool pool(cache);
     BlockTable other, table;
@@ -485,11 +482,11 @@ TEST(KvQuantizedCache, ProtectedLayersAndAttentionOverPages) {
       const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
       std::vector<float> q_s(q.size()), out_s(q.size()), out(q.size()), ref(q.size());
       for (int h = 0; h < n_q; ++h) cache.k_codec(l).to_storage(q.data() + h * d, h / 3, q_s.data() + h * d);
-      const CodedAttentionArgs a{.q = q_s.data(), .n_q_heads = n_q, .n_kv_heads = heads, .head_dim = d,
+      const PagedAttentionArgs a{.q = q_s.data(), .n_q_heads = n_q, .n_kv_heads = heads, .head_dim = d,
                                  .block_table = table.blocks.data(), .block_size = 16, .n_ctx = n_tokens,
-                                 .k = cache.coded_k_pages(l), .v = cache.coded_v_pages(l),
+                                 .k = cache.k_pages(l), .v = cache.v_pages(l),
                                  .scale = 1.0f / std::sqrt(float(d)), .out = out_s.data()};
-      paged_attention_coded(a);
+      paged_attention_fast(a);
       for (int h = 0; h < n_q; ++h) cache.v_codec(l).from_storage(out_s.data() + h * d, h / 3, out.data() + h * d);
       attention_reference(q.data(), k_read.data(), v_read.data(), n_q, heads, d, n_tokens, a.scale, ref.data());
       for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5f) << "layer " << l << " i " << i;

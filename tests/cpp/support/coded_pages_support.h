@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention_coded.h"
+#include "kernels/paged_attention.h"
 #include "kernels/coded_row.h"
 #include "kernels/dequantize.h"
 #include "kernels/tq_packing.h"
@@ -132,7 +132,7 @@ struct Pages {
   int d = 0, n_kv = 0, n_ctx = 0, block_size = 0;
   std::vector<uint8_t> k_pages, v_pages;
   std::vector<int32_t> block_table;
-  CodedPagedRows k, v;
+  PagedRows k, v;
   std::vector<float> k_dec, v_dec;  // [n_ctx, n_kv, d]
 };
 
@@ -176,8 +176,8 @@ inline Pages build_pages(int d, int n_kv, int n_ctx, int block_size, const Spec&
   return p;
 }
 
-inline CodedAttentionArgs make_args(const Pages& p, const float* q, int n_q, float* out) {
-  CodedAttentionArgs a;
+inline PagedAttentionArgs make_args(const Pages& p, const float* q, int n_q, float* out) {
+  PagedAttentionArgs a;
   a.q = q;
   a.n_q_heads = n_q;
   a.n_kv_heads = p.n_kv;
@@ -203,16 +203,16 @@ inline float relative_diff(const std::vector<float>& a, const std::vector<float>
 }
 
 // The three kernel entry points on the arguments `args(out)` builds: the exact scalar kernel and
-// the default one within 1e-5 of `ref`, the fast-decode scalar one bit-identical to the exact one.
+// the fast one within 1e-5 of `ref`, the exact (SIMD) one bit-identical to the exact scalar one.
 template <class MakeArgs>
 void expect_kernels_match(const MakeArgs& args, const std::vector<float>& ref) {
-  std::vector<float> scalar(ref.size()), fast(ref.size()), best(ref.size());
-  paged_attention_coded_scalar(args(scalar.data()));
-  paged_attention_coded_scalar_fast_decode(args(fast.data()));
-  paged_attention_coded(args(best.data()));
+  std::vector<float> scalar(ref.size()), exact(ref.size()), fast(ref.size());
+  paged_attention_exact_scalar(args(scalar.data()));
+  paged_attention_exact(args(exact.data()));
+  paged_attention_fast(args(fast.data()));
   EXPECT_LE(relative_diff(scalar, ref), 1e-5f);
-  EXPECT_EQ(0, std::memcmp(scalar.data(), fast.data(), scalar.size() * sizeof(float)));
-  EXPECT_LE(relative_diff(best, ref), 1e-5f);
+  EXPECT_EQ(0, std::memcmp(scalar.data(), exact.data(), scalar.size() * sizeof(float)));
+  EXPECT_LE(relative_diff(fast, ref), 1e-5f);
 }
 
 }  // namespace tq::coded_test

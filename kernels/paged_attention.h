@@ -1,5 +1,7 @@
 // Causal GQA attention for one query token over paged K/V rows in any stored format
-// (kernels/coded_row.h), computed in each side's *storage space*.
+// (kernels/coded_row.h: f32 / bf16 / f16 for the FP cache, q8_0, q4_0, TurboQuant ...), computed
+// in each side's *storage space*. Rows live in fixed-size blocks; the sequence's block table maps
+// position t to block block_table[t / block_size], offset t % block_size.
 //
 // For a rotated format (TurboQuant, q4_0h) a K row is stored as k' = R k (coded) and, since R is
 // orthogonal, q . k = (R q) . (R k); a V row is stored as v' = R v and
@@ -9,8 +11,17 @@
 // storage space once per head. For TurboQuant a decoded row is scale * levels[idx], straight from
 // the packed bytes: no row is ever un-rotated (DESIGN.md section 5).
 //
-// Like paged_attention_fp: online softmax (running max and sum per query head, fp32), and each
-// K/V row is decoded once per KV head group for all of that group's query heads.
+// Online softmax (running max and sum per query head, fp32); each K/V row is decoded once per KV
+// head group for all of that group's query heads.
+//
+// The kernels, by what they promise:
+//   paged_attention_exact_scalar  the plain loop over positions: the reference arithmetic.
+//   paged_attention_exact         the plain loop's result bit for bit, with SIMD where it reorders
+//                                 nothing (the FP cache runs it).
+//   paged_attention_fast          the AVX2 kernel where the CPU and head_dim allow, else the plain
+//                                 loop: tiles of positions, FMA and a polynomial exp, so its last
+//                                 bits differ (tests hold it within 1e-5 relative of a double-precision
+//                                 reference); the quantized caches run it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +32,7 @@ namespace tq {
 
 // One layer's K (or V) pages: row (block b, kv head g, offset o) starts at
 // base + b * block_stride + g * head_stride + o * row_stride and is stored as `format`.
-struct CodedPagedRows {
+struct PagedRows {
   const uint8_t* base = nullptr;
   size_t block_stride = 0;
   size_t head_stride = 0;
@@ -32,7 +43,7 @@ struct CodedPagedRows {
   const int32_t* block_map = nullptr;
 };
 
-struct CodedAttentionArgs {
+struct PagedAttentionArgs {
   const float* q = nullptr;  // [n_q_heads, head_dim], in K's storage space
   int n_q_heads = 0;
   int n_kv_heads = 0;  // n_q_heads % n_kv_heads == 0
@@ -40,7 +51,7 @@ struct CodedAttentionArgs {
   const int32_t* block_table = nullptr;  // [ceil(n_ctx / block_size)]
   int block_size = 0;
   int n_ctx = 0;  // attend to positions [0, n_ctx); 0 gives zero outputs
-  CodedPagedRows k, v;
+  PagedRows k, v;
   float scale = 1.0f;    // 1/sqrt(head_dim)
   float* out = nullptr;  // [n_q_heads, head_dim], in V's storage space
   // Optional: positions [exact_from, n_ctx) (a prefill chunk's own tokens) are read from these
@@ -53,7 +64,7 @@ struct CodedAttentionArgs {
   // from `window_k` / `window_v` (storage-space rows, usually through their block_map), which the
   // caller guarantees hold them. Exact chunk rows, when given, come first.
   bool windows = false;
-  CodedPagedRows window_k, window_v;
+  PagedRows window_k, window_v;
   int coded_begin = 0, coded_end = 0;
   // Only KV heads [kv_head_begin, kv_head_end) (and their query heads) are computed; the rest of
   // `out` is left alone. kv_head_end < 0: up to n_kv_heads. Each head's arithmetic is the same
@@ -64,7 +75,7 @@ struct CodedAttentionArgs {
   // `partial_max` set, the kernel leaves the softmax unnormalized so that parts can be combined
   // (combine_attention_parts): out[h] = sum_i exp(s_i - partial_max[h]) v_i and
   // partial_sum[h] = sum_i exp(s_i - partial_max[h]), where partial_max[h] is the part's
-  // highest score. paged_attention_coded_scalar_fast_decode (the FP path) takes neither.
+  // highest score. paged_attention_exact takes neither.
   int ctx_begin = 0;
   float* partial_max = nullptr;  // [n_q_heads] (entries of the KV head range written)
   float* partial_sum = nullptr;  // [n_q_heads]
@@ -78,17 +89,28 @@ struct CodedAttentionArgs {
 void combine_attention_parts(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
                              const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out);
 
-// The best kernel for this CPU (runtime dispatch: AVX2+FMA+F16C when available, else scalar).
-void paged_attention_coded(const CodedAttentionArgs& args);
-// Plain reference kernel.
-void paged_attention_coded_scalar(const CodedAttentionArgs& args);
-// The same arithmetic in the same order (so the same result, bit for bit), with rows decoded by
-// the SIMD decoders where the CPU has them (they are bit-identical to the scalar ones). The FP
-// cache's kernel (paged_attention_fp) is this.
-void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& args);
-// The AVX2 kernel (SIMD row decoders and dot products). Usable iff
-// paged_attention_coded_avx2_available(args); fails otherwise.
-bool paged_attention_coded_avx2_available(const CodedAttentionArgs& args);
-void paged_attention_coded_avx2(const CodedAttentionArgs& args);
+// Fails (tq::Error, naming the problem) unless the arguments are usable. Every kernel below checks
+// them too; a caller that runs kernels inside an OpenMP region checks before it, because an
+// exception thrown inside the region would terminate the program.
+void check_paged_attention_args(const PagedAttentionArgs& args);
+
+// The plain loop with the scalar row decoders.
+void paged_attention_exact_scalar(const PagedAttentionArgs& args);
+// paged_attention_exact_scalar's result bit for bit: the same operations in the same order, 8
+// positions' dot products in 8 lanes, the SIMD row decoders (bit-identical to the scalar ones),
+// no fused multiply-add. The whole context in one part (no ctx_begin, no partial_max).
+void paged_attention_exact(const PagedAttentionArgs& args);
+// paged_attention_fast_avx2 where paged_attention_fast_avx2_available, else
+// paged_attention_exact_scalar.
+void paged_attention_fast(const PagedAttentionArgs& args);
+// The AVX2 (+FMA, F16C) kernel: usable iff paged_attention_fast_avx2_available(args); fails
+// otherwise.
+bool paged_attention_fast_avx2_available(const PagedAttentionArgs& args);
+void paged_attention_fast_avx2(const PagedAttentionArgs& args);
+
+// Plain reference for tests: softmax(q·K/√d)·V over contiguous fp32 rows, in double precision.
+// q: [n_q_heads, d]; k, v: [n_ctx, n_kv_heads, d]; out: [n_q_heads, d].
+void attention_reference(const float* q, const float* k, const float* v, int n_q_heads, int n_kv_heads, int head_dim,
+                         int n_ctx, float scale, float* out);
 
 }  // namespace tq

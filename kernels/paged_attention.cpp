@@ -1,4 +1,4 @@
-#include "kernels/attention_coded.h"
+#include "kernels/paged_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,57 +20,61 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxGroup = 64;  // query heads per KV head
 
-int kv_head_end(const CodedAttentionArgs& a) { return a.kv_head_end < 0 ? a.n_kv_heads : a.kv_head_end; }
+int kv_head_end(const PagedAttentionArgs& a) { return a.kv_head_end < 0 ? a.n_kv_heads : a.kv_head_end; }
 
-void check_args(const CodedAttentionArgs& a) {
+}  // namespace
+
+void check_paged_attention_args(const PagedAttentionArgs& a) {
   if (a.kv_head_begin < 0 || a.kv_head_begin > kv_head_end(a) || kv_head_end(a) > a.n_kv_heads)
-    fail("coded attention: KV head range [{}, {}) is not within 0..{}", a.kv_head_begin, kv_head_end(a), a.n_kv_heads);
+    fail("paged attention: KV head range [{}, {}) is not within 0..{}", a.kv_head_begin, kv_head_end(a), a.n_kv_heads);
   if (a.n_q_heads <= 0 || a.n_kv_heads <= 0 || a.n_q_heads % a.n_kv_heads != 0) {
-    fail("coded attention: n_q_heads ({}) must be a positive multiple of n_kv_heads ({})", a.n_q_heads,
+    fail("paged attention: n_q_heads ({}) must be a positive multiple of n_kv_heads ({})", a.n_q_heads,
          a.n_kv_heads);
   }
   if (a.n_q_heads / a.n_kv_heads > kMaxGroup) {
-    fail("coded attention: {} query heads per KV head, at most {} supported", a.n_q_heads / a.n_kv_heads,
+    fail("paged attention: {} query heads per KV head, at most {} supported", a.n_q_heads / a.n_kv_heads,
          kMaxGroup);
   }
   if (a.head_dim <= 0 || a.head_dim > kMaxHeadDim) {
-    fail("coded attention: head_dim {} must be in 1..{}", a.head_dim, kMaxHeadDim);
+    fail("paged attention: head_dim {} must be in 1..{}", a.head_dim, kMaxHeadDim);
   }
   if (a.k.format.dim != a.head_dim || a.v.format.dim != a.head_dim) {
-    fail("coded attention: row formats are for head_dim {} / {}, not {}", a.k.format.dim, a.v.format.dim,
+    fail("paged attention: row formats are for head_dim {} / {}, not {}", a.k.format.dim, a.v.format.dim,
          a.head_dim);
   }
   check_coded_row_format(a.k.format);
   check_coded_row_format(a.v.format);
-  if (a.n_ctx < 0) fail("coded attention: n_ctx {} is negative", a.n_ctx);
+  if (a.n_ctx < 0) fail("paged attention: n_ctx {} is negative", a.n_ctx);
   if (a.ctx_begin < 0 || a.ctx_begin > a.n_ctx)
-    fail("coded attention: ctx_begin {} is not within 0..n_ctx ({})", a.ctx_begin, a.n_ctx);
+    fail("paged attention: ctx_begin {} is not within 0..n_ctx ({})", a.ctx_begin, a.n_ctx);
   if ((a.partial_max == nullptr) != (a.partial_sum == nullptr))
-    fail("coded attention: partial_max and partial_sum come together");
-  if (a.n_ctx > 0 && a.block_size <= 0) fail("coded attention: block_size {} must be positive", a.block_size);
+    fail("paged attention: partial_max and partial_sum come together");
+  if (a.n_ctx > 0 && a.block_size <= 0) fail("paged attention: block_size {} must be positive", a.block_size);
   if (!a.q || !a.out || (a.n_ctx > 0 && (!a.block_table || !a.k.base || !a.v.base))) {
-    fail("coded attention: a required pointer argument is null");
+    fail("paged attention: a required pointer argument is null");
   }
   if (a.exact_from >= 0 && (a.exact_from > a.n_ctx || !a.exact_k || !a.exact_v)) {
-    fail("coded attention: exact rows from position {} need both row arrays and at most n_ctx ({})", a.exact_from,
+    fail("paged attention: exact rows from position {} need both row arrays and at most n_ctx ({})", a.exact_from,
          a.n_ctx);
   }
   if (a.windows) {
     if (a.window_k.format.dim != a.head_dim || a.window_v.format.dim != a.head_dim || !a.window_k.base ||
         !a.window_v.base)
-      fail("coded attention: window rows need both sides' pages for head_dim {}", a.head_dim);
+      fail("paged attention: window rows need both sides' pages for head_dim {}", a.head_dim);
     check_coded_row_format(a.window_k.format);
     check_coded_row_format(a.window_v.format);
   }
 }
 
+namespace {
+
 // Whether position t is read from the full-precision window pages.
-inline bool in_window(const CodedAttentionArgs& a, int t) {
+inline bool in_window(const PagedAttentionArgs& a, int t) {
   return a.windows && (t < a.coded_begin || t >= a.coded_end);
 }
 
 // Row `offset` of KV head g in data block `block` of these pages (through their block map).
-inline const uint8_t* row_ptr(const CodedPagedRows& rows, int32_t block, int g, int offset) {
+inline const uint8_t* row_ptr(const PagedRows& rows, int32_t block, int g, int offset) {
   const int32_t at = rows.block_map ? rows.block_map[block] : block;
   return rows.base + size_t(at) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
 }
@@ -79,27 +83,27 @@ using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
 
 // Row t of KV head g of one side (K: key = true) into out[head_dim]: the exact row when the
 // caller passed one for t, else the page row decoded.
-inline void load_row(const CodedAttentionArgs& a, bool key, int t, int g, RowDecoder decode, float* out) {
+inline void load_row(const PagedAttentionArgs& a, bool key, int t, int g, RowDecoder decode, float* out) {
   if (a.exact_from >= 0 && t >= a.exact_from) {
     const float* exact = (key ? a.exact_k : a.exact_v) + (size_t(t - a.exact_from) * a.n_kv_heads + g) * a.head_dim;
     std::copy(exact, exact + a.head_dim, out);
     return;
   }
-  const CodedPagedRows& rows = in_window(a, t) ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
+  const PagedRows& rows = in_window(a, t) ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
   decode(rows.format, row_ptr(rows, a.block_table[t / a.block_size], g, t % a.block_size), out);
 }
 
 // Rows t0 .. t0 + n - 1 of KV head g of one side into rows[0 .. n): a run of rows inside one
 // block and one source (pages or window) is decoded with one call; exact rows, runs across
 // blocks and runs across a window's edge go row by row.
-inline void load_tile(const CodedAttentionArgs& a, bool key, int t0, int n, int g, float (*rows)[kMaxHeadDim]) {
+inline void load_tile(const PagedAttentionArgs& a, bool key, int t0, int n, int g, float (*rows)[kMaxHeadDim]) {
   const int offset = t0 % a.block_size;
   const bool exact = a.exact_from >= 0 && t0 + n > a.exact_from;
   const bool window = in_window(a, t0);
   const bool one_source = !a.windows || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
                                                   : t0 + n <= a.coded_end);
   if (!exact && one_source && offset + n <= a.block_size) {
-    const CodedPagedRows& pages = window ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
+    const PagedRows& pages = window ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
     decode_coded_rows_avx2(pages.format, row_ptr(pages, a.block_table[t0 / a.block_size], g, offset),
                            pages.row_stride, n, rows[0], kMaxHeadDim);
     return;
@@ -107,22 +111,69 @@ inline void load_tile(const CodedAttentionArgs& a, bool key, int t0, int n, int 
   for (int i = 0; i < n; ++i) load_row(a, key, t0 + i, g, decode_coded_row_avx2, rows[i]);
 }
 
-}  // namespace
+// The online softmax of one query head: the highest score so far and the sum of exp(score - max)
+// over the positions so far. Every kernel keeps one per head and updates it only through
+// raise_max and add_position.
+struct OnlineSoftmax {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0.0f;
+};
 
-namespace {
+// What a rise of the maximum does to what has been accumulated (the sum and the head's weighted
+// sum of V rows): when `needed`, both are scaled by `correction` = exp(old max - new max).
+struct Rescale {
+  bool needed;
+  float correction;  // 1 when not needed
+};
+
+// Raises the maximum to `score` if that is higher. Scaling the running sum is left to the caller:
+// the plain loop rounds sum * correction before adding a weight; the fast kernel adds a tile's
+// weights in the same expression, which may compile to one fused multiply-add.
+inline Rescale raise_max(OnlineSoftmax& st, float score) {
+  const float new_max = std::max(st.max, score);
+  const bool needed = new_max > st.max;
+  const Rescale r{needed, needed ? std::exp(st.max - new_max) : 1.0f};
+  st.max = new_max;
+  return r;
+}
+
+// One position with this score, as the plain loop takes it: returns its weight exp(score - max)
+// (1 for a new maximum) and, in *rescale, what the caller does to its accumulator before adding
+// weight times the position's V row.
+inline float add_position(OnlineSoftmax& st, float score, Rescale* rescale) {
+  *rescale = raise_max(st, score);
+  const float weight = rescale->needed ? 1.0f : std::exp(score - st.max);
+  if (rescale->needed) st.sum *= rescale->correction;
+  st.sum += weight;
+  return weight;
+}
+
+// Query head `head`'s result from its state and accumulator acc[head_dim]: normalized into out,
+// or, for combine_attention_parts, left unnormalized with the state in partial_max / partial_sum.
+inline void write_head(const PagedAttentionArgs& a, int head, const OnlineSoftmax& st, const float* acc) {
+  float* out = a.out + size_t(head) * a.head_dim;
+  if (a.partial_max) {
+    a.partial_max[head] = st.max;
+    a.partial_sum[head] = st.sum;
+    std::copy(acc, acc + a.head_dim, out);
+    return;
+  }
+  const float inv = st.sum > 0 ? 1.0f / st.sum : 0.0f;
+  for (int j = 0; j < a.head_dim; ++j) out[j] = acc[j] * inv;
+}
 
 // The plain loop: online softmax per query head, each K/V row decoded once for its group.
-void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
+void attention_scalar_loop(const PagedAttentionArgs& a, RowDecoder decode) {
   const int d = a.head_dim;
   const int group = a.n_q_heads / a.n_kv_heads;
   float k_row[kMaxHeadDim], v_row[kMaxHeadDim];
-  float running_max[kMaxGroup], running_sum[kMaxGroup], score[kMaxGroup];
+  float score[kMaxGroup];
+  OnlineSoftmax softmax[kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
-    std::fill(running_sum, running_sum + group, 0.0f);
+    std::fill(softmax, softmax + group, OnlineSoftmax{});
     for (int t = a.ctx_begin; t < a.n_ctx; ++t) {
       // Decode the K row once for the whole group.
       load_row(a, true, t, g, decode, k_row);
@@ -135,39 +186,21 @@ void attention_scalar_loop(const CodedAttentionArgs& a, RowDecoder decode) {
       load_row(a, false, t, g, decode, v_row);
       for (int h = 0; h < group; ++h) {
         float* acc_h = acc.data() + size_t(h) * d;
-        float weight;
-        if (score[h] > running_max[h]) {
-          // New maximum: rescale what has been accumulated so far.
-          const float correction = std::exp(running_max[h] - score[h]);
-          running_sum[h] *= correction;
-          for (int j = 0; j < d; ++j) acc_h[j] *= correction;
-          running_max[h] = score[h];
-          weight = 1.0f;
-        } else {
-          weight = std::exp(score[h] - running_max[h]);
-        }
-        running_sum[h] += weight;
+        Rescale rescale;
+        const float weight = add_position(softmax[h], score[h], &rescale);
+        if (rescale.needed)
+          for (int j = 0; j < d; ++j) acc_h[j] *= rescale.correction;
         for (int j = 0; j < d; ++j) acc_h[j] += weight * v_row[j];
       }
     }
-    for (int h = 0; h < group; ++h) {
-      float* out = a.out + (size_t(g) * group + h) * d;
-      if (a.partial_max) {  // unnormalized, for combine_attention_parts
-        a.partial_max[g * group + h] = running_max[h];
-        a.partial_sum[g * group + h] = running_sum[h];
-        std::copy(acc.begin() + size_t(h) * d, acc.begin() + size_t(h + 1) * d, out);
-        continue;
-      }
-      const float inv = running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f;
-      for (int j = 0; j < d; ++j) out[j] = acc[size_t(h) * d + j] * inv;
-    }
+    for (int h = 0; h < group; ++h) write_head(a, g * group + h, softmax[h], acc.data() + size_t(h) * d);
   }
 }
 
 }  // namespace
 
-void paged_attention_coded_scalar(const CodedAttentionArgs& a) {
-  check_args(a);
+void paged_attention_exact_scalar(const PagedAttentionArgs& a) {
+  check_paged_attention_args(a);
   attention_scalar_loop(a, decode_coded_row_scalar);
 }
 
@@ -189,6 +222,30 @@ void combine_attention_parts(int n_parts, const float* part_out, size_t out_stri
     }
     const float inv = total > 0 ? 1.0f / total : 0.0f;
     for (int j = 0; j < head_dim; ++j) o[j] *= inv;
+  }
+}
+
+void attention_reference(const float* q, const float* k, const float* v, int n_q_heads, int n_kv_heads, int head_dim,
+                         int n_ctx, float scale, float* out) {
+  const int group = n_q_heads / n_kv_heads;
+  std::vector<double> p(n_ctx);
+  for (int h = 0; h < n_q_heads; ++h) {
+    const int g = h / group;
+    double max_score = -1e300;
+    for (int t = 0; t < n_ctx; ++t) {
+      double dot = 0;
+      for (int i = 0; i < head_dim; ++i)
+        dot += static_cast<double>(q[h * head_dim + i]) * k[(static_cast<size_t>(t) * n_kv_heads + g) * head_dim + i];
+      p[t] = dot * scale;
+      max_score = std::max(max_score, p[t]);
+    }
+    double sum = 0;
+    for (int t = 0; t < n_ctx; ++t) sum += (p[t] = std::exp(p[t] - max_score));
+    for (int i = 0; i < head_dim; ++i) {
+      double o = 0;
+      for (int t = 0; t < n_ctx; ++t) o += p[t] * v[(static_cast<size_t>(t) * n_kv_heads + g) * head_dim + i];
+      out[h * head_dim + i] = static_cast<float>(o / sum);
+    }
   }
 }
 
@@ -292,18 +349,17 @@ TQ_AVX2_INLINE void accumulate_chunk(float* acc, bool rescale, float correction,
 
 // The AVX2 kernel: per tile, one running-max update and one rescale per head, the tile's
 // weights exp'd 8 at a time, dot products and the weighted sum with FMA.
-TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
+TQ_AVX2 void attention_avx2_impl(const PagedAttentionArgs& a) {
   const int d = a.head_dim;
   const int group = a.n_q_heads / a.n_kv_heads;
   alignas(32) float k_rows[kTile][kMaxHeadDim], v_rows[kTile][kMaxHeadDim];
   alignas(32) float p[kTile];
-  float running_max[kMaxGroup], running_sum[kMaxGroup];
+  OnlineSoftmax softmax[kMaxGroup];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
-    std::fill(running_sum, running_sum + group, 0.0f);
+    std::fill(softmax, softmax + group, OnlineSoftmax{});
     for (int t0 = a.ctx_begin; t0 < a.n_ctx; t0 += kTile) {
       const int n = std::min(kTile, a.n_ctx - t0);
       load_tile(a, true, t0, n, g, k_rows);
@@ -311,14 +367,13 @@ TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
       load_tile(a, false, t0, n, g, v_rows);
       for (int h = 0; h < group; ++h) {
         const __m256 s = tile_scores(q_group + size_t(h) * d, k_rows, n, d, a.scale);
-        const float new_max = std::max(running_max[h], hmax(s));
-        // A higher maximum rescales what has been accumulated (from -inf: by 0, on nothing).
-        const bool rescale = new_max > running_max[h];
-        const float correction = rescale ? std::exp(running_max[h] - new_max) : 1.0f;
-        const __m256 w = exp_nonpositive(_mm256_sub_ps(s, _mm256_set1_ps(new_max)));
+        // The whole tile's maximum at once (from -inf: a rescale by 0, of nothing).
+        const Rescale r = raise_max(softmax[h], hmax(s));
+        const bool rescale = r.needed;
+        const float correction = r.correction;
+        const __m256 w = exp_nonpositive(_mm256_sub_ps(s, _mm256_set1_ps(softmax[h].max)));
         _mm256_store_ps(p, w);
-        running_sum[h] = running_sum[h] * correction + hsum(w);
-        running_max[h] = new_max;
+        softmax[h].sum = softmax[h].sum * correction + hsum(w);
         float* acc_h = acc.data() + size_t(h) * d;
         int col = 0;
         for (; col + kChunk <= d; col += kChunk) accumulate_chunk<8>(acc_h + col, rescale, correction, p, v_rows, col, n);
@@ -334,19 +389,7 @@ TQ_AVX2 void attention_avx2_impl(const CodedAttentionArgs& a) {
         }
       }
     }
-    for (int h = 0; h < group; ++h) {
-      float* out = a.out + (size_t(g) * group + h) * d;
-      if (a.partial_max) {  // unnormalized, for combine_attention_parts
-        a.partial_max[g * group + h] = running_max[h];
-        a.partial_sum[g * group + h] = running_sum[h];
-        std::copy(acc.begin() + size_t(h) * d, acc.begin() + size_t(h + 1) * d, out);
-        continue;
-      }
-      const __m256 inv = _mm256_set1_ps(running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f);
-      for (int j = 0; j < d; j += 8) {
-        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(acc.data() + size_t(h) * d + j), inv));
-      }
-    }
+    for (int h = 0; h < group; ++h) write_head(a, g * group + h, softmax[h], acc.data() + size_t(h) * d);
   }
 }
 
@@ -402,15 +445,14 @@ TQ_EXACT_INLINE void scores8(const float* q, int d, const float (*k_cols)[8], __
 // rows whose score raised the running maximum first multiply acc by their correction, then
 // every row adds weight * v (a rounded product, then a rounded sum).
 template <int V>
-TQ_EXACT_INLINE void accumulate_chunk_exact(float* acc, const bool* rescale, const float* correction,
-                                            const float* weight, const float (*v_rows)[kMaxHeadDim], int col,
-                                            int n) {
+TQ_EXACT_INLINE void accumulate_chunk_exact(float* acc, const Rescale* rescale, const float* weight,
+                                            const float (*v_rows)[kMaxHeadDim], int col, int n) {
   __m256 r[V];
 #pragma GCC unroll 8
   for (int u = 0; u < V; ++u) r[u] = _mm256_loadu_ps(acc + 8 * u);
   for (int i = 0; i < n; ++i) {
-    if (rescale[i]) {
-      const __m256 c = _mm256_set1_ps(correction[i]);
+    if (rescale[i].needed) {
+      const __m256 c = _mm256_set1_ps(rescale[i].correction);
 #pragma GCC unroll 8
       for (int u = 0; u < V; ++u) r[u] = _mm256_mul_ps(r[u], c);
     }
@@ -423,23 +465,22 @@ TQ_EXACT_INLINE void accumulate_chunk_exact(float* acc, const bool* rescale, con
 }
 
 // d % 8 == 0.
-TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
+TQ_EXACT void attention_exact_avx2_impl(const PagedAttentionArgs& a) {
   const int d = a.head_dim;
   const int group = a.n_q_heads / a.n_kv_heads;
   alignas(32) float k_rows[kTile][kMaxHeadDim];
   alignas(32) float k_cols[kMaxHeadDim][kTile];
   alignas(32) float v_rows[kTile][kMaxHeadDim];
-  float running_max[kMaxGroup], running_sum[kMaxGroup];
+  OnlineSoftmax softmax[kMaxGroup];
   float score[kMaxGroup][kTile];
-  bool rescale[kTile];
-  float correction[kTile], weight[kTile];
+  Rescale rescale[kTile];
+  float weight[kTile];
   std::vector<float> acc(size_t(group) * d);  // [group, d]
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
     const float* q_group = a.q + size_t(g) * group * d;
     std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
-    std::fill(running_sum, running_sum + group, 0.0f);
+    std::fill(softmax, softmax + group, OnlineSoftmax{});
     for (int t0 = 0; t0 < a.n_ctx; t0 += kTile) {
       const int n = std::min(kTile, a.n_ctx - t0);
       load_tile(a, true, t0, n, g, k_rows);
@@ -466,51 +507,33 @@ TQ_EXACT void attention_exact_avx2_impl(const CodedAttentionArgs& a) {
       for (int h = 0; h < group; ++h) {
         // The running maximum and sum row by row, exactly as the plain loop; what each row does
         // to the accumulator is recorded and applied below, a column chunk at a time.
-        for (int i = 0; i < n; ++i) {
-          const float s = score[h][i];
-          rescale[i] = s > running_max[h];
-          if (rescale[i]) {
-            correction[i] = std::exp(running_max[h] - s);
-            running_sum[h] *= correction[i];
-            running_max[h] = s;
-            weight[i] = 1.0f;
-          } else {
-            weight[i] = std::exp(s - running_max[h]);
-          }
-          running_sum[h] += weight[i];
-        }
+        for (int i = 0; i < n; ++i) weight[i] = add_position(softmax[h], score[h][i], &rescale[i]);
         float* acc_h = acc.data() + size_t(h) * d;
         int col = 0;
         for (; col + kChunk <= d; col += kChunk)
-          accumulate_chunk_exact<8>(acc_h + col, rescale, correction, weight, v_rows, col, n);
+          accumulate_chunk_exact<8>(acc_h + col, rescale, weight, v_rows, col, n);
         switch ((d - col) / 8) {
-          case 7: accumulate_chunk_exact<7>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 6: accumulate_chunk_exact<6>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 5: accumulate_chunk_exact<5>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 4: accumulate_chunk_exact<4>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 3: accumulate_chunk_exact<3>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 2: accumulate_chunk_exact<2>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
-          case 1: accumulate_chunk_exact<1>(acc_h + col, rescale, correction, weight, v_rows, col, n); break;
+          case 7: accumulate_chunk_exact<7>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 6: accumulate_chunk_exact<6>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 5: accumulate_chunk_exact<5>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 4: accumulate_chunk_exact<4>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 3: accumulate_chunk_exact<3>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 2: accumulate_chunk_exact<2>(acc_h + col, rescale, weight, v_rows, col, n); break;
+          case 1: accumulate_chunk_exact<1>(acc_h + col, rescale, weight, v_rows, col, n); break;
           default: break;
         }
       }
     }
-    for (int h = 0; h < group; ++h) {
-      float* out = a.out + (size_t(g) * group + h) * d;
-      const float inv = running_sum[h] > 0 ? 1.0f / running_sum[h] : 0.0f;
-      const __m256 iv = _mm256_set1_ps(inv);
-      for (int j = 0; j < d; j += 8)
-        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(acc.data() + size_t(h) * d + j), iv));
-    }
+    for (int h = 0; h < group; ++h) write_head(a, g * group + h, softmax[h], acc.data() + size_t(h) * d);
   }
 }
 
 }  // namespace
 
-void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& a) {
-  check_args(a);
+void paged_attention_exact(const PagedAttentionArgs& a) {
+  check_paged_attention_args(a);
   if (a.ctx_begin != 0 || a.partial_max)
-    fail("coded attention: the FP path's kernel attends the whole context in one part");
+    fail("paged attention: the exact kernel attends the whole context in one part");
   if (a.head_dim % 8 == 0 && coded_row_avx2_available(a.k.format) && coded_row_avx2_available(a.v.format)) {
     attention_exact_avx2_impl(a);
   } else {
@@ -518,39 +541,43 @@ void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& a) {
   }
 }
 
-bool paged_attention_coded_avx2_available(const CodedAttentionArgs& a) {
+bool paged_attention_fast_avx2_available(const PagedAttentionArgs& a) {
   return coded_row_avx2_available(a.k.format) && coded_row_avx2_available(a.v.format) && a.head_dim % 8 == 0;
 }
 
-void paged_attention_coded_avx2(const CodedAttentionArgs& a) {
-  check_args(a);
-  if (!paged_attention_coded_avx2_available(a)) {
-    fail("coded attention: the AVX2 kernel needs an AVX2+FMA+F16C CPU and head_dim % 8 == 0 (head_dim {})",
+void paged_attention_fast_avx2(const PagedAttentionArgs& a) {
+  check_paged_attention_args(a);
+  if (!paged_attention_fast_avx2_available(a)) {
+    fail("paged attention: the AVX2 kernel needs an AVX2+FMA+F16C CPU and head_dim % 8 == 0 (head_dim {})",
          a.head_dim);
   }
   attention_avx2_impl(a);
 }
 
-void paged_attention_coded(const CodedAttentionArgs& a) {
-  if (paged_attention_coded_avx2_available(a)) {
-    paged_attention_coded_avx2(a);
+void paged_attention_fast(const PagedAttentionArgs& a) {
+  if (paged_attention_fast_avx2_available(a)) {
+    paged_attention_fast_avx2(a);
   } else {
-    paged_attention_coded_scalar(a);
+    paged_attention_exact_scalar(a);
   }
 }
 
 #else  // !TQ_HAVE_X86
 
-void paged_attention_coded_scalar_fast_decode(const CodedAttentionArgs& a) { paged_attention_coded_scalar(a); }
-
-bool paged_attention_coded_avx2_available(const CodedAttentionArgs&) { return false; }
-
-void paged_attention_coded_avx2(const CodedAttentionArgs& a) {
-  check_args(a);
-  fail("coded attention: the AVX2 kernel is not built for this architecture");
+void paged_attention_exact(const PagedAttentionArgs& a) {
+  if (a.ctx_begin != 0 || a.partial_max)
+    fail("paged attention: the exact kernel attends the whole context in one part");
+  paged_attention_exact_scalar(a);
 }
 
-void paged_attention_coded(const CodedAttentionArgs& a) { paged_attention_coded_scalar(a); }
+bool paged_attention_fast_avx2_available(const PagedAttentionArgs&) { return false; }
+
+void paged_attention_fast_avx2(const PagedAttentionArgs& a) {
+  check_paged_attention_args(a);
+  fail("paged attention: the AVX2 kernel is not built for this architecture");
+}
+
+void paged_attention_fast(const PagedAttentionArgs& a) { paged_attention_exact_scalar(a); }
 
 #endif
 
