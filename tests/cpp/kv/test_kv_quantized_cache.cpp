@@ -666,5 +666,11 @@ TEST(KvQuantizedCache, LeastSquaresScaleLowersRowError) {
   }
 }
 
+TEST(KvCache, BytesPerTokenFollowTheDtype) {
+  // SmolLM2-135M: 30 layers, 3 KV heads, head_dim 64.
+  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F16, KvDtype::F16}.bytes_per_token()), 2u * 30 * 3 * 64 * 2);
+  EXPECT_EQ((KvCacheShape{30, 3, 64, 16, KvDtype::F32, KvDtype::F32}.bytes_per_token()), 2u * 30 * 3 * 64 * 4);
+}
+
 }  // namespace
 }  // namespace tq
