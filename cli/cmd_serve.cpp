@@ -99,8 +99,14 @@ int run_serve(ServeFlags& f) {
 
   // Tests hold the server in its loading state until they create this file, so what it answers
   // while loading is checked without racing the load.
-  if (const char* gate = std::getenv("TQSERVE_TEST_LOADING_GATE"))
+  if (const char* gate = std::getenv("TQSERVE_TEST_LOADING_GATE")) {
+    std::fprintf(stderr, "tqserve: TQSERVE_TEST_LOADING_GATE: loading waits for %s to exist\n", gate);
     while (!stopping && access(gate, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (stopping) {
+      shutdown_threads();
+      return 0;
+    }
+  }
 
   std::unique_ptr<Session> session;
   std::unique_ptr<KvCache> cache;

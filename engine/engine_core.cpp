@@ -35,8 +35,11 @@ EngineCore::EngineCore(Transformer& model, KvCache& cache, const Tokenizer* toke
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
       config_(config),
-      pool_(cache, config.enable_prefix_caching),
+      // With a prefill chunk's own rows exact (--kv-chunk-rows exact) a token's result depends on
+      // where its chunk starts, so a prefix hit would not equal computing the prefix.
+      pool_(cache, config.enable_prefix_caching && !cache.options().exact_chunk_rows),
       scheduler_(config.scheduler, pool_) {
+  pool_.check_serving_windows();
   const int pool_tokens = cache.num_blocks() * cache.shape().block_size;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(model.config().max_position, pool_tokens);
   if (config_.max_model_len > pool_tokens)

@@ -40,7 +40,11 @@ GenerationOutput Generator::generate(const std::vector<TokenId>& prompt, const S
   std::chrono::steady_clock::time_point first_token;
   try {
     while (engine_.has_work()) {
-      for (RequestOutput& step : engine_.step()) {
+      const uint64_t steps = engine_.stats().steps;
+      std::vector<RequestOutput> outputs = engine_.step();
+      if (engine_.stats().steps == steps)  // nothing could be scheduled: the request does not fit
+        fail("the KV cache is too small for this request ({} tokens so far)", prompt.size() + out.ids.size());
+      for (RequestOutput& step : outputs) {
         if (out.ids.empty() && !step.new_ids.empty()) first_token = std::chrono::steady_clock::now();
         out.ids.insert(out.ids.end(), step.new_ids.begin(), step.new_ids.end());
         for (SampleResult& lp : step.new_logprobs) out.logprobs.push_back(std::move(lp));

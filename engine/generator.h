@@ -2,7 +2,8 @@
 // thin loop over EngineCore with one request, as vLLM's offline LLM sits on its engine. So the
 // CLI runs the serving engine's own validation, chunked prefill, sampling and stop handling, and
 // its output is the server's for the same request. Prefix caching stays on, so a chat's next turn
-// reuses the blocks of the conversation so far.
+// reuses the blocks of the conversation so far. A Generator is its cache's only user while it
+// lives (its prefix cache remembers what the blocks hold).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -40,6 +41,7 @@ class Generator {
                             const std::function<void(const std::string&)>& on_text = nullptr);
 
   int context_length() const { return engine_.config().max_model_len; }
+  EngineStats stats() const { return engine_.stats(); }
 
  private:
   EngineCore engine_;

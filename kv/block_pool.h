@@ -89,6 +89,10 @@ class BlockPool {
   void free(BlockTable& table);
   void free(BlockTable& table, BlockHashes& hashes);
 
+  // Throws when the windows restrict the coded rows to a range (eval kl --breakdown): the
+  // serving calls (prefix hits, dropping old windows) assume the default windows.
+  void check_serving_windows() const;
+
   // Forgets every cached block that no sequence holds (vLLM's reset_prefix_cache).
   void reset_prefix_cache();
 
@@ -116,9 +120,6 @@ class BlockPool {
   template <class F>
   void for_window_users(const BlockTable& table, F&& f) const;
   void evict_hash(int block);  // forget a free block's hash before it is reused
-  // Throws when the windows restrict the coded rows to a range (eval kl --breakdown): the
-  // serving calls assume the default windows.
-  void check_serving_windows() const;
 
   int num_blocks_, block_size_;
   uint64_t salt_;

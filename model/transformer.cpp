@@ -30,7 +30,9 @@ void ForwardBuffers::reserve(const ModelConfig& c, int tokens) {
 }
 
 Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights)
-    : config_(config), weights_(weights), rope_inv_freq_(config.rope_inv_freq(weights.rope_freq_factors)) {}
+    : config_(config), weights_(weights), rope_inv_freq_(config.rope_inv_freq(weights.rope_freq_factors)) {
+  if (!config.architecture) fail("model config without an architecture (read it with config_from_hf / config_from_gguf)");
+}
 
 void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits) {
   const int T = batch.size();

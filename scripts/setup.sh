@@ -12,7 +12,7 @@ step() {  # step "what" LOGNAME command...
   local what=$1 log="$LOGS/$2.log"
   shift 2
   echo "setup: $what"
-  if ! "$@" >"$log" 2>&1; then
+  if ! "$@" >"$log" 2>&1 </dev/null; then
     echo "setup: $what failed; the last lines of $log:" >&2
     tail -n 25 "$log" >&2
     return 1
@@ -31,7 +31,7 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   step "apt-get update" apt-update $SUDO apt-get update
-  step "installing ${missing[*]}" apt-install env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  step "installing ${missing[*]}" apt-install $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 PIP="python3 -m pip"

@@ -278,6 +278,16 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   bool ret = false;
   bool faulted = false;
   {
+    // The slot is free once the last response is out (before the socket lingers or closes): a
+    // client that reads it and connects again at once must not find its old connection counted.
+    // Given back and the thread's stream cleared on every way out of this block.
+    struct Serving {
+      GuardedHttpServer& server;
+      ~Serving() {
+        t_stream = nullptr;
+        server.release_slot();
+      }
+    } serving{*this};
     GuardedStream stream(sock, limits_);
     t_stream = &stream;
     size_t count = keep_alive_max_count_;
@@ -292,11 +302,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
       }
       --count;
     }
-    t_stream = nullptr;
   }
-  // The slot is free once the last response is out: a client that reads it and connects again
-  // at once must not find its old connection still counted while this one lingers or closes.
-  release_slot();
   if (faulted) {
     graceful_close(sock, 200);
   } else {
@@ -308,9 +314,14 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
 
 bool GuardedHttpServer::claim_slot() {
   std::unique_lock lock(slot_mutex_);
-  if (!slot_freed_.wait_for(lock, std::chrono::milliseconds(kSlotGraceMs),
-                            [&] { return active_.load() < limits_.max_connections; }))
-    return false;
+  const auto free_slot = [&] { return active_.load() < limits_.max_connections; };
+  if (!free_slot()) {
+    if (slot_waiter_) return false;
+    slot_waiter_ = true;
+    const bool freed = slot_freed_.wait_for(lock, std::chrono::milliseconds(kSlotGraceMs), free_slot);
+    slot_waiter_ = false;
+    if (!freed) return false;
+  }
   active_.fetch_add(1);
   return true;
 }

@@ -1,7 +1,8 @@
 // The HTTP server's connection-level limits, which cpp-httplib 0.11.4 (a compiled library: its
 // CPPHTTPLIB_* macros are fixed in the .so) cannot be told at run time:
-//  - at most `max_connections` connections are served at once; one beyond gets an immediate
-//    503 (JSON, Retry-After) and is closed, instead of queueing unseen behind the others;
+//  - at most `max_connections` connections are served at once; one beyond gets a 503 (JSON,
+//    Retry-After) and is closed, instead of queueing unseen behind the others: after up to 250 ms
+//    for a slot that is being given back, at once while another such connection already waits;
 //  - a request (request line, headers and body) must arrive within `request_timeout_seconds`
 //    of its first byte: a client that trickles its body gets 408 and is disconnected, and only
 //    its own worker thread waited (httplib's timeout is per read, so one byte every few seconds
@@ -71,6 +72,8 @@ class GuardedHttpServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override;
   // Takes a connection slot, waiting up to kSlotGraceMs for one: a client that reads its response
   // and connects again at once can arrive before the thread that served it has given its slot back.
+  // Only one connection waits; others beyond the limit are refused at once, so a flood does not
+  // hold the spare worker threads.
   bool claim_slot();
   void release_slot();
   void refuse(socket_t sock);
@@ -82,6 +85,7 @@ class GuardedHttpServer : public httplib::Server {
   std::atomic<int> active_{0};  // changed under slot_mutex_; read without it for metrics
   std::mutex slot_mutex_;
   std::condition_variable slot_freed_;
+  bool slot_waiter_ = false;  // a connection waits in claim_slot (under slot_mutex_)
   std::shared_ptr<std::atomic<int>> worker_threads_ = std::make_shared<std::atomic<int>>(0);
 };
 

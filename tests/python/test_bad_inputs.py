@@ -127,7 +127,7 @@ def _slow_body(server):
 
 
 def _too_many_connections(server):
-    """Two idle connections fill --max-connections 2: a third gets 503 at once; once they close,
+    """Two idle connections fill --max-connections 2: a third gets 503 (after a 250 ms grace); once they close,
     requests are served again."""
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
     try:

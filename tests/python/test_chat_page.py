@@ -28,9 +28,9 @@ def chromium_driver():
 
 def test_chat_page_streams_an_answer(smollm2):
     from selenium.webdriver.common.by import By
+    driver = chromium_driver()  # first: a missing browser fails the test before a server starts
     s = ServerProcess(BINARY, smollm2, "--kv-cache-memory", "64MiB", "--max-model-len", "1024",
                       "--served-model-name", "smollm2")
-    driver = chromium_driver()
     try:
         driver.get(s.url + "/")
         deadline = time.time() + 30

@@ -276,5 +276,54 @@ TEST(EngineCore, PromptLogprobsEqualAPlainForwardPass) {
   ref_pool.free(table);
 }
 
+// Generator (engine/generator.h): one request at a time over EngineCore, prefix cache kept
+// across calls (a chat's turns).
+TEST(Generator, ALaterCallSharingAPrefixGivesWhatAFreshGeneratorGives) {
+  TQ_REQUIRE_TESTDATA();
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 12;
+  std::vector<TokenId> turn1 = {1};
+  for (int i = 0; i < 40; ++i) turn1.push_back(TokenId(20 + (i * 37) % 400));
+  auto cache = tiny().make_cache(32);
+  Generator g(tiny().transformer, *cache, nullptr, {2}, 0, 7);
+  const GenerationOutput first = g.generate(turn1, p);
+  std::vector<TokenId> turn2 = turn1;  // the conversation so far, then more
+  turn2.insert(turn2.end(), first.ids.begin(), first.ids.end());
+  for (int i = 0; i < 9; ++i) turn2.push_back(TokenId(30 + i));
+  const GenerationOutput second = g.generate(turn2, p);
+  EXPECT_GE(g.stats().prefix.hits, 32u) << "the second call must reuse the first's blocks";
+  EXPECT_EQ(g.stats().blocks_in_use, 0);
+
+  auto fresh_cache = tiny().make_cache(32);
+  Generator fresh(tiny().transformer, *fresh_cache, nullptr, {2}, 0, 7);
+  const GenerationOutput expected = fresh.generate(turn2, p);
+  EXPECT_EQ(fresh.stats().prefix.hits, 0u);
+  EXPECT_EQ(second.ids, expected.ids);
+  EXPECT_EQ(second.finish_reason, expected.finish_reason);
+}
+
+TEST(Generator, APromptThatFillsTheContextIsRefusedAndTheGeneratorStaysUsable) {
+  TQ_REQUIRE_TESTDATA();
+  auto cache = tiny().make_cache(32);
+  Generator g(tiny().transformer, *cache, nullptr, {2}, 64);
+  EXPECT_EQ(g.context_length(), 64);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 100;
+  const std::vector<TokenId> full(64, 5);
+  try {
+    g.generate(full, p);
+    ADD_FAILURE() << "a 64-token prompt in a 64-token context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the prompt has 64 tokens but the context length is 64"), std::string::npos)
+        << e.what();
+  }
+  const GenerationOutput out = g.generate(std::vector<TokenId>(60, 5), p);  // room for 4
+  EXPECT_EQ(out.ids.size(), 4u);
+  EXPECT_EQ(out.finish_reason, "length");
+  EXPECT_EQ(g.stats().blocks_in_use, 0);
+}
+
 }  // namespace
 }  // namespace tq
