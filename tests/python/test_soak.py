@@ -1,4 +1,4 @@
-"""The soak (scripts/soak.py) in its CI length: 30 s of 200 streaming clients (30 % dropped
+"""The soak (scripts/soak.py) in its CI length: 30 s of 200 streaming clients (16 under the sanitizers; 30 % dropped
 mid-stream) per KV mode, then no 5xx, every block back, the block pool and prefix cache
 consistent, greedy outputs unchanged, RSS flat after warm-up. The 10-minute run is in
 docs/SOAK.md. Also: the idle-time consistency check the soak relies on is exported in /metrics."""
@@ -34,10 +34,15 @@ def test_idle_consistency_check_is_exported(smollm2):
 def test_soak_30s(mode, smollm2):
     # Under scripts/sanitize.sh (TQ_SANITIZER set) ASan's quarantine holds freed memory on purpose,
     # so RSS says nothing about leaks there; LeakSanitizer checks them when the server exits, and
-    # soak.py fails on the server's nonzero exit status.
-    rss = ["--no-rss-limit"] if os.environ.get("TQ_SANITIZER") else []
+    # soak.py fails on the server's nonzero exit status. ASan and UBSan make prefill 10-20x slower
+    # (tq4 at 1000 tokens: ~72 tokens/s), so 200 clients' prompts are not all prefilled once in
+    # the main phase and a run could complete no request at all. The sanitized run checks memory and
+    # UB under the same request mix with 16 clients (measured: 9 completed, 5 dropped, 46 requests);
+    # the plain build keeps 200.
+    sanitized = bool(os.environ.get("TQ_SANITIZER"))
+    extra = ["--no-rss-limit", "--clients", "16"] if sanitized else []
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "soak.py"), "--duration", "30", "--kv-cache-dtype",
-                           mode, "--server-bin", str(BINARY), "--model", smollm2, "--json", *rss],
+                           mode, "--server-bin", str(BINARY), "--model", smollm2, "--json", *extra],
                           capture_output=True, text=True, timeout=900)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
