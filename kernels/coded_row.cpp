@@ -182,7 +182,7 @@ TQ_AVX2_INLINE __m256 lut16(__m256 lo, __m256 hi, __m256i idx) {
 
 // TurboQuant decoders: out[j] = (levels * scale)[idx_j]; `lv` is the codebook zero-padded to 16.
 // b = 4, d % 16 == 0: byte c = idx[c] | idx[c + d/2] << 4.
-TQ_AVX2 void decode4(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+TQ_AVX2_INLINE void decode4(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
   const __m256 s = _mm256_set1_ps(scale);
   const __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(lv), s), hi = _mm256_mul_ps(_mm256_loadu_ps(lv + 8), s);
   const __m256i m4 = _mm256_set1_epi32(15);
@@ -195,7 +195,7 @@ TQ_AVX2 void decode4(const uint8_t* codes, int d, const float* lv, float scale, 
 }
 
 // b = 2, d % 32 == 0: byte c (c < d/4) holds idx[c + k*d/4] at bits 2k.
-TQ_AVX2 void decode2(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+TQ_AVX2_INLINE void decode2(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
   const __m256 l = _mm256_mul_ps(_mm256_loadu_ps(lv), _mm256_set1_ps(scale));
   const __m256i m2 = _mm256_set1_epi32(3);
   const int s = d / 4;
@@ -212,7 +212,7 @@ TQ_AVX2 void decode2(const uint8_t* codes, int d, const float* lv, float scale, 
 // layout (bytes [d/4, d/4 + d/8)). Coordinate j = c + k*d/4 (c < d/4) has its high bit in 1-bit
 // byte j mod d/8 at bit j div d/8, i.e. byte c at bit 2k when c < d/8, else byte c - d/8 at
 // bit 2k+1. With d % 64 == 0 a run of 8 bytes never straddles d/8.
-TQ_AVX2 void decode3(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
+TQ_AVX2_INLINE void decode3(const uint8_t* codes, int d, const float* lv, float scale, float* out) {
   const __m256 l = _mm256_mul_ps(_mm256_loadu_ps(lv), _mm256_set1_ps(scale));
   const __m256i m2 = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1);
   const int s2 = d / 4, s1 = d / 8;
@@ -229,30 +229,32 @@ TQ_AVX2 void decode3(const uint8_t* codes, int d, const float* lv, float scale, 
   }
 }
 
-using TqDecodeFn = void (*)(const uint8_t*, int, const float*, float, float*);
-
-TqDecodeFn tq_decoder(int bits, int d) {
-  if (bits == 4 && d % 16 == 0) return decode4;
-  if (bits == 2 && d % 32 == 0) return decode2;
-  if (bits == 3 && d % 64 == 0) return decode3;
-  return nullptr;
+// The bit width with a SIMD decoder for d coordinates, or 0 (scalar decoder).
+int tq_simd_bits(int bits, int d) {
+  if (bits == 4 && d % 16 == 0) return 4;
+  if (bits == 2 && d % 32 == 0) return 2;
+  if (bits == 3 && d % 64 == 0) return 3;
+  return 0;
 }
 
-// Decodes the d codes of one TurboQuant part (scale * levels[idx]); the decoder and its aligned
-// copy of the codebook are set up once for any number of rows.
+// Decodes the d codes of one TurboQuant part (scale * levels[idx]); the choice of decoder and its
+// aligned copy of the codebook are set up once for any number of rows. The decoders are inlined
+// into the caller's row loop: a call per row (64 coordinates at head_dim 64) cost more than the
+// decoding, and its speed moved with where the linker happened to place the function.
 struct TqPartDecoder {
-  int d, bits;
+  int d, bits, simd_bits;
   const float* levels;
-  TqDecodeFn fn;
   alignas(32) float lv[16] = {};
-  TqPartDecoder(int d_, int bits_, const float* levels_) : d(d_), bits(bits_), levels(levels_), fn(tq_decoder(bits_, d_)) {
-    if (fn) std::memcpy(lv, levels, sizeof(float) << bits);
+  TqPartDecoder(int d_, int bits_, const float* levels_)
+      : d(d_), bits(bits_), simd_bits(tq_simd_bits(bits_, d_)), levels(levels_) {
+    if (simd_bits) std::memcpy(lv, levels, sizeof(float) << bits);
   }
-  TQ_AVX2 void operator()(const uint8_t* codes, float scale, float* out) const {
-    if (fn) {
-      fn(codes, d, lv, scale, out);
-    } else {
-      decode_tq_scalar(codes, d, bits, levels, scale, out);
+  TQ_AVX2_INLINE void operator()(const uint8_t* codes, float scale, float* out) const {
+    switch (simd_bits) {
+      case 4: decode4(codes, d, lv, scale, out); return;
+      case 3: decode3(codes, d, lv, scale, out); return;
+      case 2: decode2(codes, d, lv, scale, out); return;
+      default: decode_tq_scalar(codes, d, bits, levels, scale, out); return;
     }
   }
 };
@@ -331,7 +333,7 @@ void decode_coded_row_avx2(const CodedRowFormat& f, const uint8_t* row, float* o
   decode_coded_rows_avx2(f, row, 0, 1, out, 0);
 }
 
-void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
+TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
                             size_t out_stride) {
   const int d = f.dim;
   // One dispatch (and for TurboQuant one codebook set-up) for all n rows.

