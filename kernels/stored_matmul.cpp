@@ -169,9 +169,9 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   std::vector<ActivationBlock> act;
   if (any_blocks) act = quantize_rows(x, n, in, true);  // once for every product
   const int64_t n_slices = in / kSlice;
-  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 interleaved rows (their VNNI kernel)
+  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 and Q6_K interleaved rows (their VNNI kernels)
   for (int i = 0; i < count && act_sums.empty(); ++i)
-    if (products[i].type == DType::Q8_0 && products[i].group_rows == 16) {
+    if ((products[i].type == DType::Q8_0 || products[i].type == DType::Q6_K) && products[i].group_rows == 16) {
       act_sums.resize(act.size() * 8);
       activation_group_sums(act.data(), static_cast<int64_t>(act.size()), act_sums.data());
     }

@@ -28,6 +28,51 @@ inline __m512 sum_lanes(const __m512* acc) {
   return _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
 }
 
+// One slice of 16 rows' 4-bit values in Q4_1's chunk order (interleaved_rows.h) against T tokens:
+// for chunk k, the exact integer sums of 4 products of values 4k..4k+3 (low nibbles) and
+// 16+4k..16+4k+3 (high nibbles), times dd[t] = scale·d_act, fused into lanes k and k + 4.
+template <int T>
+inline void nibble_slice(const uint8_t* chunks, const __m512* dd, const int32_t (*qa)[8], __m512 (*acc)[8]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i chunk = _mm512_loadu_si512(chunks + 4 * kRows * k);
+    const __m512i low = _mm512_and_si512(chunk, low4);
+    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
+      const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_set1_epi32(qa[t][k]));
+      const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, _mm512_set1_epi32(qa[t][k + 4]));
+      acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
+      acc[t][k + 4] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
+    }
+  }
+}
+
+// Token t's part of one slice of a 4-bit group: dd[t] = scale·d_act, the offset chain
+// offsets[t] += offset·s_act, and the activation values 4k..4k+3 as one int32 each.
+template <int T>
+inline void slice_tokens(const ActivationBlock* act, int64_t act_stride, int64_t b, __m512 scale, __m512 offset,
+                         __m512* dd, __m512* offsets, int32_t (*qa)[8]) {
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    const ActivationBlock& a = act[t * act_stride + b];
+    dd[t] = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
+    offsets[t] = _mm512_fmadd_ps(offset, _mm512_set1_ps(a.s), offsets[t]);
+    std::memcpy(qa[t], a.qs, 32);
+  }
+}
+
+template <int T>
+inline void zero_accumulators(__m512 (*acc)[8], __m512* offsets) {
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) {
+    offsets[t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  }
+}
+
 // T tokens against one group of 16 interleaved Q4_1 rows. Vector k of acc[t] holds lane k of each
 // row's eight lane accumulators (lane k: values 4k..4k+3 of each slice), so every output sees
 // exactly the row tile's operations: the exact integer sum of 4 products times d·d_act fused into
@@ -38,37 +83,45 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
                        int64_t act_stride, __m512* total) {
   constexpr size_t kSliceBytes = interleaved_slice_bytes(DType::Q4_1, kRows);
   __m512 acc[T][8], offsets[T];
-#pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) {
-    offsets[t] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
-  }
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  zero_accumulators<T>(acc, offsets);
   for (int64_t b = 0; b < n_slices; ++b, group += kSliceBytes) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
     __m512 dd[T];
     int32_t qa[T][8];  // token t's activation values 4k..4k+3 as one int32
+    slice_tokens<T>(act, act_stride, b, d, m, dd, offsets, qa);
+    nibble_slice<T>(group + 4 * kRows, dd, qa, acc);
+  }
 #pragma GCC unroll 2
-    for (int t = 0; t < T; ++t) {
-      const ActivationBlock& a = act[t * act_stride + b];
-      dd[t] = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
-      offsets[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), offsets[t]);
-      std::memcpy(qa[t], a.qs, 32);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m512i chunk = _mm512_loadu_si512(group + 4 * kRows + 4 * kRows * k);
-      const __m512i low = _mm512_and_si512(chunk, low4);
-      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
-#pragma GCC unroll 2
-      for (int t = 0; t < T; ++t) {
-        const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_set1_epi32(qa[t][k]));
-        const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, _mm512_set1_epi32(qa[t][k + 4]));
-        acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
-        acc[t][k + 4] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
-      }
+  for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(sum_lanes(acc[t]), offsets[t]);
+}
+
+// 16 bytes (one per row) as fp32.
+inline __m512 bytes_as_float(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// T tokens against one group of 16 interleaved Q4_K rows: per slice the row tile's scale
+// fp32(d)·scale_j and offset -(fp32(dmin)·min_j), each one rounding as there, then q4_1_group's
+// operations.
+template <int T>
+inline void q4_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t*,
+                       int64_t act_stride, __m512* total) {
+  __m512 acc[T][8], offsets[T];
+  zero_accumulators<T>(acc, offsets);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ4KBytes * kRows) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* slice = group + 4 * kRows + 18 * kRows * j;
+      const __m512 scale = _mm512_mul_ps(d, bytes_as_float(slice));
+      const __m512 offset =
+          _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, bytes_as_float(slice + kRows))), sign));
+      __m512 dd[T];
+      int32_t qa[T][8];
+      slice_tokens<T>(act, act_stride, b + j, scale, offset, dd, offsets, qa);
+      nibble_slice<T>(slice + 2 * kRows, dd, qa, acc);
     }
   }
 #pragma GCC unroll 2
@@ -107,6 +160,55 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
       for (int t = 0; t < T; ++t) {
         const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k]), chunk, _mm512_set1_epi32(qa[t][k]));
         acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(sum), acc[t][k]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t) total[t] = sum_lanes(acc[t]);
+}
+
+// 16 signed bytes (one per row) as fp32.
+inline __m512 int8s_as_float(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// T tokens against one group of 16 interleaved Q6_K rows, stored as q + 32 (unsigned): each lane's
+// dpbusd starts from -32·(the 4 activation values' sum), a quarter of act_sums' -128·sum, so it
+// ends at the exact signed dot Σ q·a of the row tile's sign trick. Lanes 0-3 (values 0..15) are
+// scaled by fp32(d)·scale_0, lanes 4-7 by fp32(d)·scale_1, each times d_act, as the row tile does.
+template <int T>
+inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t* act_sums,
+                       int64_t act_stride, __m512* total) {
+  __m512 acc[T][8];
+#pragma GCC unroll 2
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ6KBytes * kRows) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* slice = group + 2 * kRows + 34 * kRows * j;
+      const __m512 scale_lo = _mm512_mul_ps(d, int8s_as_float(slice));
+      const __m512 scale_hi = _mm512_mul_ps(d, int8s_as_float(slice + kRows));
+      __m512 dd_lo[T], dd_hi[T];
+      int32_t qa[T][8];
+      const int32_t* start[T];  // -128 · Σ of values 4k..4k+3, k = 0..7
+#pragma GCC unroll 2
+      for (int t = 0; t < T; ++t) {
+        const ActivationBlock& a = act[t * act_stride + b + j];
+        dd_lo[t] = _mm512_mul_ps(scale_lo, _mm512_set1_ps(a.d));
+        dd_hi[t] = _mm512_mul_ps(scale_hi, _mm512_set1_ps(a.d));
+        std::memcpy(qa[t], a.qs, 32);
+        start[t] = act_sums + (t * act_stride + b + j) * 8;
+      }
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i chunk = _mm512_loadu_si512(slice + 2 * kRows + 4 * kRows * k);
+#pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+          const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k] / 4), chunk, _mm512_set1_epi32(qa[t][k]));
+          acc[t][k] = _mm512_fmadd_ps(k < 4 ? dd_lo[t] : dd_hi[t], _mm512_cvtepi32_ps(sum), acc[t][k]);
+        }
       }
     }
   }
@@ -173,6 +275,14 @@ void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, con
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q4_1_group<T>(g, s, a, sums, stride, total); };
     run_groups(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
+  } else if (t == DType::Q4_K) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
+                        __m512* total) { q4_k_group<T>(g, s, a, sums, stride, total); };
+    run_groups(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
+  } else if (t == DType::Q6_K) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
+                        __m512* total) { q6_k_group<T>(g, s, a, sums, stride, total); };
+    run_groups(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
   } else if (t == DType::Q8_0) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q8_0_group<T>(g, s, a, sums, stride, total); };

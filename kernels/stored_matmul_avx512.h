@@ -19,7 +19,7 @@ void activation_group_sums(const ActivationBlock* act, int64_t n_blocks, int32_t
 // Q4_1 or Q8_0 rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end)
 // of one product, bit-identical to linear_stored_reference on the same rows as stored (the integer
 // dot of each 4 values is exact whether maddubs+madd, the sign trick or VNNI's dpbusd forms it).
-// act: [n, n_slices]; act_sums: activation_group_sums of act (Q8_0; ignored for Q4_1);
+// act: [n, n_slices]; act_sums: activation_group_sums of act (Q8_0 and Q6_K; ignored for the others);
 // w: `out` interleaved rows; y: [n, out].
 void linear_interleaved16_avx512_groups(DType weight_type, const ActivationBlock* act, const int32_t* act_sums,
                                         int64_t n, int64_t n_slices, const uint8_t* w, int64_t out, const float* bias,

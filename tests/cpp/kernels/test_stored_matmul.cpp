@@ -212,8 +212,9 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
   EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
 }
 
-// Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1 and Q8_0 16 at a time for the
-// AVX-512 VNNI one): the same bytes regrouped, every output bit-identical to the reference on the
+// Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1, Q8_0 and Q4_K 16 at a time for the
+// AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block; Q6_K's
+// values widened to bytes: 64 more), every output bit-identical to the reference on the
 // rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with and
 // without a bias, for 1 to 5 tokens (the AVX-512 kernel takes them two at a time), next to a
 // row-layout product.
@@ -224,13 +225,15 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
   if (!interleaved_kernel_available(t, R))
     GTEST_SKIP() << "no kernel for " << dtype_traits(t).name << " in groups of " << R << " rows on this CPU";
   std::mt19937 rng(33 + R + static_cast<int>(t));
-  const int64_t in = 192;
+  const int64_t in = t == DType::Q4_K || t == DType::Q6_K ? 512 : 192;
+  const size_t extra_per_block = t == DType::Q4_K ? 4 : t == DType::Q6_K ? 64 : 0;  // Q6_K: values widened
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int64_t out : {8, 16, 37, 64}) {
     const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
     const std::vector<uint8_t> grouped = interleave_rows(t, rows.data(), out, in, R);
     ASSERT_EQ(grouped.size(), interleaved_bytes(t, out, in, R));
-    EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) * dtype_row_bytes(t, in));
+    EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) *
+                                  (dtype_row_bytes(t, in) + extra_per_block * in / dtype_traits(t).block_elems));
     std::vector<uint8_t> row(dtype_row_bytes(t, in));
     for (int64_t o = 0; o < out; ++o) {
       deinterleave_row(t, grouped.data(), in, R, o, row.data());
@@ -259,14 +262,17 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
 
 INSTANTIATE_TEST_SUITE_P(TypeAndGroupRows, InterleavedRows,
                          ::testing::Values(std::make_pair(DType::Q4_1, 8), std::make_pair(DType::Q4_1, 16),
-                                           std::make_pair(DType::Q8_0, 16)));
+                                           std::make_pair(DType::Q8_0, 16), std::make_pair(DType::Q4_K, 16),
+                                           std::make_pair(DType::Q6_K, 16)));
 
 TEST(StoredLinear, InterleavedLayoutRefusesWhatItCannotHold) {
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(interleave_rows(DType::Q4_K, w.data(), 1, 256, 8), std::exception);
+  EXPECT_THROW(interleave_rows(DType::Q4_K, w.data(), 1, 256, 8), std::exception);  // Q4_K: groups of 16
+  EXPECT_THROW(interleave_rows(DType::Q4_K, w.data(), 1, 96, 16), std::exception);  // not whole blocks
+  EXPECT_THROW(interleave_rows(DType::Q5_K, w.data(), 1, 256, 16), std::exception);
   EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 48, 8), std::exception);
   EXPECT_THROW(interleave_rows(DType::Q4_1, w.data(), 1, 32, 4), std::exception);
-  EXPECT_EQ(interleaved_group_rows(DType::Q6_K), 0);
+  EXPECT_EQ(interleaved_group_rows(DType::Q5_K), 0);
   EXPECT_FALSE(interleaved_kernel_available(DType::Q8_0, 8));  // Q8_0 has only the VNNI kernel
   std::vector<float> x(64), y(8);
   const StoredProduct bad{DType::Q8_0, w.data(), 1, nullptr, y.data(), 8};
