@@ -23,4 +23,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Drops the whole pages inside [begin, begin + bytes) of a MappedFile's mapping from this process's
+// memory once their contents have been copied out (the weights a loader converts or regroups): the
+// mapping stays valid and a later read faults a page in from the file again, so a loaded model's
+// RSS is what it keeps, not that plus the file. A hint: failures are ignored.
+void release_mapped_pages(const uint8_t* begin, size_t bytes);
+
 }  // namespace tq

@@ -145,6 +145,7 @@ class TensorReader {
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < rows; ++r) dequantize_row(t->dtype, t->data + r * row_bytes, values->data() + r * row, row);
     }
+    release_mapped_pages(t->data, t->nbytes);  // copied out: the file's pages need not stay resident
     if (progress_ && total_ > 0) progress_(static_cast<double>(++done_) / static_cast<double>(total_));
     return kept;
   }
