@@ -1,5 +1,6 @@
 // Linear layers over weights as stored (Google Benchmark): kernels/stored_matmul's tiles for
-// Q4_1 (SmolLM2's layers; also interleaved 8 rows at a time, kernels/interleaved_rows.h), Q8_0 (its tied head), Q4_K, Q6_K and F16 against the scalar reference
+// Q4_1 (SmolLM2's layers; also interleaved, kernels/interleaved_rows.h), Q8_0 (its tied head), Q4_K,
+// Q6_K (also interleaved, at Qwen3-4B's shapes) and F16 against the scalar reference
 // of the same arithmetic and against the fp32 kernel over the dequantized weights
 // (kernels/matmul.h), at SmolLM2-135M's shapes for 1, 16 and 512 tokens, on all cores.
 // Reports weight GB/s (bytes of stored weights read per second) and GFLOP/s.
@@ -97,6 +98,22 @@ void BM_interleaved_Q4_1(benchmark::State& s) { run(s, DType::Q4_1, Kernel::Inte
 BENCHMARK(BM_interleaved_Q4_1)->Apply(shapes);
 TQ_STORED_BENCH(Q4_K)
 TQ_STORED_BENCH(Q6_K)
+
+// Q4_K and Q6_K interleaved 16 rows at a time (AVX-512 VNNI), at Qwen3-4B's shapes: its MLP's up
+// projection (14 MB in Q4_K: inside a 32 MiB L3) and its tied LM head (319 MB in Q6_K: from DRAM).
+// weight_GB/s counts the bytes as stored in the file.
+void qwen3_4b_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "in", "out"});
+  for (int64_t n : {1, 16, 512}) b->Args({n, 2560, 9728});
+  b->Args({1, 2560, 151936});
+  b->UseRealTime();
+}
+void BM_interleaved_Q4_K(benchmark::State& s) { run(s, DType::Q4_K, Kernel::Interleaved); }
+void BM_interleaved_Q6_K(benchmark::State& s) { run(s, DType::Q6_K, Kernel::Interleaved); }
+void BM_stored_4b_Q4_K(benchmark::State& s) { run(s, DType::Q4_K, Kernel::Stored); }
+BENCHMARK(BM_interleaved_Q4_K)->Apply(qwen3_4b_shapes);
+BENCHMARK(BM_interleaved_Q6_K)->Apply(qwen3_4b_shapes);
+BENCHMARK(BM_stored_4b_Q4_K)->Apply(qwen3_4b_shapes);
 TQ_STORED_BENCH(F16)
 
 void BM_stored_head_Q8_0(benchmark::State& s) { run(s, DType::Q8_0, Kernel::Stored); }
