@@ -99,7 +99,22 @@ void for_each_field(const BlockShape& b, int R, int r, const Fn& fn) {
 // Q6_K (layout in interleaved_rows.h). Slice j = 4·half + run holds values 32·run .. 32·run + 31
 // of the block's half `half`: low four bits in ql (bytes 32·(run & 1) on, the high nibble for
 // run >= 2), top two bits at bit 2·run of qh, scales 8·half + 2·run and the next.
-constexpr size_t kQ6KSliceBytes(int R) { return 34 * static_cast<size_t>(R); }
+constexpr size_t kQ6KSliceBytes(int R) { return 26 * static_cast<size_t>(R); }
+
+// Where value i (0..31) of row r's slice keeps its low four bits and its top two bits: byte
+// offsets in the slice and bit shifts.
+struct Q6KPlace {
+  size_t low_byte, high_byte;
+  int low_shift, high_shift;
+};
+
+Q6KPlace q6_k_place(int R, int r, int i) {
+  const int c = i % 16, upper = i / 16;  // values c and 16 + c share a low-bits byte
+  const int k = c / 4, h = k / 2;
+  return {2 * static_cast<size_t>(R) + 4 * static_cast<size_t>(R) * k + 4 * r + c % 4,
+          18 * static_cast<size_t>(R) + 4 * static_cast<size_t>(R) * h + 4 * r + c % 4, 4 * upper,
+          4 * (k % 2) + 2 * upper};
+}
 
 void q6_k_to_group(const uint8_t* block, int R, int r, uint8_t* group_block) {
   std::memcpy(group_block + 2 * r, block + offsetof(BlockQ6_K, d), 2);
@@ -114,7 +129,9 @@ void q6_k_to_group(const uint8_t* block, int R, int r, uint8_t* group_block) {
     for (int i = 0; i < 32; ++i) {
       const int low = (ql[64 * half + 32 * (run & 1) + i] >> (run >= 2 ? 4 : 0)) & 15;
       const int high = (qh[32 * half + i] >> (2 * run)) & 3;
-      slice[2 * R + 4 * R * (i / 4) + 4 * r + i % 4] = static_cast<uint8_t>(low | high << 4);
+      const Q6KPlace at = q6_k_place(R, r, i);
+      slice[at.low_byte] = static_cast<uint8_t>(slice[at.low_byte] | low << at.low_shift);
+      slice[at.high_byte] = static_cast<uint8_t>(slice[at.high_byte] | high << at.high_shift);
     }
   }
 }
@@ -131,10 +148,11 @@ void q6_k_from_group(const uint8_t* group_block, int R, int r, uint8_t* block) {
     scales[8 * half + 2 * run] = slice[r];
     scales[8 * half + 2 * run + 1] = slice[R + r];
     for (int i = 0; i < 32; ++i) {
-      const int v = slice[2 * R + 4 * R * (i / 4) + 4 * r + i % 4];
-      uint8_t& low = ql[64 * half + 32 * (run & 1) + i];
-      low = static_cast<uint8_t>(low | (v & 15) << (run >= 2 ? 4 : 0));
-      qh[32 * half + i] = static_cast<uint8_t>(qh[32 * half + i] | (v >> 4) << (2 * run));
+      const Q6KPlace at = q6_k_place(R, r, i);
+      const int low = (slice[at.low_byte] >> at.low_shift) & 15, high = (slice[at.high_byte] >> at.high_shift) & 3;
+      uint8_t& low_bits = ql[64 * half + 32 * (run & 1) + i];
+      low_bits = static_cast<uint8_t>(low_bits | low << (run >= 2 ? 4 : 0));
+      qh[32 * half + i] = static_cast<uint8_t>(qh[32 * half + i] | high << (2 * run));
     }
   }
 }

@@ -28,11 +28,12 @@
 //   byte each), then the values in Q4_1's chunk order (low nibbles values i, high nibbles i + 16).
 // The kernel forms d·scale and -(dmin·min) as the row layout's reader does, so results stay exact.
 //
-// Q6_K (274 R bytes per 256 values, against 210 R stored: the 6-bit values are widened to bytes so
-// that VNNI reads them directly): per block of 256 values of the group, [0, 2R) d of the rows
-// (fp16), then slices j = 0..7, 34R bytes each: [0, R) the rows' int8 scales of values 0..15,
-// [R, 2R) of values 16..31, then 8 chunks of 4R bytes, chunk k: bytes 4r..4r+3 = row r's values
-// 4k..4k+3 as stored, q + 32 (unsigned 0..63).
+// Q6_K (210 R bytes per 256 values, as stored): per block of 256 values of the group, [0, 2R) d of
+// the rows (fp16), then slices j = 0..7, 26R bytes each: [0, R) the rows' int8 scales of values
+// 0..15, [R, 2R) of values 16..31; [2R, 18R) the low four bits of the values (stored q + 32,
+// unsigned 0..63) in Q4_1's chunk order; [18R, 26R) their top two bits in 2 chunks of 4R bytes,
+// chunk h: byte 4r + i of row r holds, from bit 0, those of values 8h+i, 16+8h+i, 8h+4+i, 16+8h+4+i
+// (so the nibble chunk 2h takes bits 0-3 and chunk 2h+1 bits 4-7).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +49,9 @@ namespace tq {
 constexpr size_t kInterleavedQ4KBytes = 4 + 8 * (2 + 16);
 static_assert(kInterleavedQ4KBytes == sizeof(BlockQ4_K) + 4);
 
-// Bytes per 256 values of one Q6_K row interleaved: d, then per slice two scales and 32 values.
-constexpr size_t kInterleavedQ6KBytes = 2 + 8 * (2 + 32);
+// Bytes per 256 values of one Q6_K row interleaved: d, then per slice two scales and 32 6-bit values.
+constexpr size_t kInterleavedQ6KBytes = 2 + 8 * (2 + 24);
+static_assert(kInterleavedQ6KBytes == sizeof(BlockQ6_K));
 
 // Bytes of one 32-value slice of a group of `group_rows` rows (Q4_1, Q8_0, or for Q4_K and Q6_K an
 // eighth of a block of 256 values, whose slices are not all the same size).

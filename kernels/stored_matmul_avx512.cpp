@@ -185,10 +185,11 @@ inline __m512 int8s_as_float(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// T tokens against one group of 16 interleaved Q6_K rows, stored as q + 32 (unsigned): each lane's
-// dpbusd starts from -32·(the 4 activation values' sum), a quarter of act_sums' -128·sum, so it
-// ends at the exact signed dot Σ q·a of the row tile's sign trick. Lanes 0-3 (values 0..15) are
-// scaled by fp32(d)·scale_0, lanes 4-7 by fp32(d)·scale_1, each times d_act, as the row tile does.
+// T tokens against one group of 16 interleaved Q6_K rows, values stored as q + 32 (unsigned 0..63,
+// four bits in a nibble chunk and two in a top-bits chunk): each lane's dpbusd starts from
+// -32·(the 4 activation values' sum), a quarter of act_sums' -128·sum, so it ends at the exact
+// signed dot Σ q·a of the row tile's sign trick. Lanes 0-3 (values 0..15) are scaled by
+// fp32(d)·scale_0, lanes 4-7 by fp32(d)·scale_1, each times d_act, as the row tile does.
 template <int T>
 inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t* act_sums,
                        int64_t act_stride, __m512* total) {
@@ -197,11 +198,12 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
   for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ6KBytes * kRows) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     for (int j = 0; j < 8; ++j) {
-      const uint8_t* slice = group + 2 * kRows + 34 * kRows * j;
-      prefetch_ahead<34 * kRows>(slice);
+      const uint8_t* slice = group + 2 * kRows + 26 * kRows * j;
+      prefetch_ahead<26 * kRows>(slice);
       const __m512 scale_lo = _mm512_mul_ps(d, int8s_as_float(slice));
       const __m512 scale_hi = _mm512_mul_ps(d, int8s_as_float(slice + kRows));
       __m512 dd_lo[T], dd_hi[T];
@@ -215,13 +217,24 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
         std::memcpy(qa[t], a.qs, 32);
         start[t] = act_sums + (t * act_stride + b + j) * 8;
       }
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m512i chunk = _mm512_loadu_si512(slice + 2 * kRows + 4 * kRows * k);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i nibbles = _mm512_loadu_si512(slice + 2 * kRows + 4 * kRows * k);
+        __m512i tops = _mm512_loadu_si512(slice + 18 * kRows + 4 * kRows * (k / 2));
+        if (k % 2) tops = _mm512_srli_epi16(tops, 4);
+        // Values 4k..4k+3 and 16+4k..16+4k+3: four bits from the nibble, two on top.
+        const __m512i low = _mm512_or_si512(_mm512_and_si512(nibbles, low4),
+                                            _mm512_slli_epi16(_mm512_and_si512(tops, low2), 4));
+        const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nibbles, 4), low4),
+                                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(tops, 2), low2), 4));
 #pragma GCC unroll 2
         for (int t = 0; t < T; ++t) {
-          const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k] / 4), chunk, _mm512_set1_epi32(qa[t][k]));
-          acc[t][k] = _mm512_fmadd_ps(k < 4 ? dd_lo[t] : dd_hi[t], _mm512_cvtepi32_ps(sum), acc[t][k]);
+          const __m512i lo_sum =
+              _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k] / 4), low, _mm512_set1_epi32(qa[t][k]));
+          const __m512i hi_sum =
+              _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k + 4] / 4), high, _mm512_set1_epi32(qa[t][k + 4]));
+          acc[t][k] = _mm512_fmadd_ps(dd_lo[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
+          acc[t][k + 4] = _mm512_fmadd_ps(dd_hi[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
         }
       }
     }

@@ -213,8 +213,7 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
 }
 
 // Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1, Q8_0 and Q4_K 16 at a time for the
-// AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block; Q6_K's
-// values widened to bytes: 64 more), every output bit-identical to the reference on the
+// AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block), every output bit-identical to the reference on the
 // rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with and
 // without a bias, for 1 to 5 tokens (the AVX-512 kernel takes them two at a time), next to a
 // row-layout product.
@@ -226,7 +225,7 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
     GTEST_SKIP() << "no kernel for " << dtype_traits(t).name << " in groups of " << R << " rows on this CPU";
   std::mt19937 rng(33 + R + static_cast<int>(t));
   const int64_t in = t == DType::Q4_K || t == DType::Q6_K ? 512 : 192;
-  const size_t extra_per_block = t == DType::Q4_K ? 4 : t == DType::Q6_K ? 64 : 0;  // Q6_K: values widened
+  const size_t extra_per_block = t == DType::Q4_K ? 4 : 0;
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int64_t out : {8, 16, 37, 64}) {
     const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
