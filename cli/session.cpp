@@ -23,8 +23,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                 "convert every weight to fp32 at load: the exact float maths of transformers over the dequantized "
                 "tensors (default: weights stay as stored, multiplied with 8-bit activations as llama.cpp does)");
   cmd->add_flag("--no-repack", o.no_repack,
-                "keep Q4_1 and Q8_0 matrices in the file's row layout instead of regrouping them 16 (AVX-512 VNNI) "
-                "or 8 (AVX2) rows at a time for the GEMV (same bytes, same results; for comparing the kernels)");
+                "keep Q4_1, Q8_0, Q4_K and Q6_K matrices in the file's row layout instead of regrouping them 16 "
+                "(AVX-512 VNNI) or 8 (AVX2, Q4_1) rows at a time for the GEMV (same results; for comparing the kernels)");
 }
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {

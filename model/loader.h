@@ -37,9 +37,9 @@ struct LoadOptions {
   // takes about its file size. On: every weight becomes fp32 at load and the maths is the exact
   // float maths transformers runs over the dequantized tensors (4-8x the memory, slower decode).
   bool dequantize_weights = false;
-  // On (the default): Q4_1 and Q8_0 matrices are regrouped 16 or 8 rows at a time
-  // at load where this CPU has the kernel for that layout (kernels/interleaved_rows.h): the same
-  // bytes and the same results, a faster GEMV. Off: rows exactly as the file stores them.
+  // On (the default): Q4_1, Q8_0, Q4_K and Q6_K matrices are regrouped 16 (or Q4_1 8) rows at a
+  // time at load where this CPU has the kernel for that layout (kernels/interleaved_rows.h): the
+  // same values and results, a faster GEMV. Off: rows exactly as the file stores them.
   bool interleave_weights = true;
 };
 

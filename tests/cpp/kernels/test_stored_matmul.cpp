@@ -5,7 +5,7 @@
 // - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
 // - a token's outputs do not depend on the batch it is in;
 // - activation quantization follows ggml's Q8_0/Q8_1 rules;
-// - Q4_1 and Q8_0 rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same
+// - Q4_1, Q8_0, Q4_K and Q6_K rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same
 //   results bit for bit, and come back unchanged.
 #include <gtest/gtest.h>
 
