@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "errors/error.h"
+#include "kernels/paged_attention_rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,14 +16,10 @@
 #endif
 
 namespace tq {
-namespace {
 
-constexpr int kMaxHeadDim = 512;
-constexpr int kMaxGroup = 64;  // query heads per KV head
-
-int kv_head_end(const PagedAttentionArgs& a) { return a.kv_head_end < 0 ? a.n_kv_heads : a.kv_head_end; }
-
-}  // namespace
+using attention_detail::kMaxGroup;
+using attention_detail::kMaxHeadDim;
+using attention_detail::kv_head_end;
 
 void check_paged_attention_args(const PagedAttentionArgs& a) {
   if (a.kv_head_begin < 0 || a.kv_head_begin > kv_head_end(a) || kv_head_end(a) > a.n_kv_heads)
@@ -68,99 +65,7 @@ void check_paged_attention_args(const PagedAttentionArgs& a) {
 
 namespace {
 
-// Whether position t is read from the full-precision window pages.
-inline bool in_window(const PagedAttentionArgs& a, int t) {
-  return a.windows && (t < a.coded_begin || t >= a.coded_end);
-}
-
-// Row `offset` of KV head g in data block `block` of these pages (through their block map).
-inline const uint8_t* row_ptr(const PagedRows& rows, int32_t block, int g, int offset) {
-  const int32_t at = rows.block_map ? rows.block_map[block] : block;
-  return rows.base + size_t(at) * rows.block_stride + size_t(g) * rows.head_stride + size_t(offset) * rows.row_stride;
-}
-
-using RowDecoder = void (*)(const CodedRowFormat&, const uint8_t*, float*);
-
-// Row t of KV head g of one side (K: key = true) into out[head_dim]: the exact row when the
-// caller passed one for t, else the page row decoded.
-inline void load_row(const PagedAttentionArgs& a, bool key, int t, int g, RowDecoder decode, float* out) {
-  if (a.exact_from >= 0 && t >= a.exact_from) {
-    const float* exact = (key ? a.exact_k : a.exact_v) + (size_t(t - a.exact_from) * a.n_kv_heads + g) * a.head_dim;
-    std::copy(exact, exact + a.head_dim, out);
-    return;
-  }
-  const PagedRows& rows = in_window(a, t) ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
-  decode(rows.format, row_ptr(rows, a.block_table[t / a.block_size], g, t % a.block_size), out);
-}
-
-// Rows t0 .. t0 + n - 1 of KV head g of one side into rows[0 .. n): a run of rows inside one
-// block and one source (pages or window) is decoded with one call; exact rows, runs across
-// blocks and runs across a window's edge go row by row.
-inline void load_tile(const PagedAttentionArgs& a, bool key, int t0, int n, int g, float (*rows)[kMaxHeadDim]) {
-  const int offset = t0 % a.block_size;
-  const bool exact = a.exact_from >= 0 && t0 + n > a.exact_from;
-  const bool window = in_window(a, t0);
-  const bool one_source = !a.windows || (window ? (t0 + n <= a.coded_begin || t0 >= a.coded_end)
-                                                  : t0 + n <= a.coded_end);
-  if (!exact && one_source && offset + n <= a.block_size) {
-    const PagedRows& pages = window ? (key ? a.window_k : a.window_v) : (key ? a.k : a.v);
-    decode_coded_rows_avx2(pages.format, row_ptr(pages, a.block_table[t0 / a.block_size], g, offset),
-                           pages.row_stride, n, rows[0], kMaxHeadDim);
-    return;
-  }
-  for (int i = 0; i < n; ++i) load_row(a, key, t0 + i, g, decode_coded_row_avx2, rows[i]);
-}
-
-// The online softmax of one query head: the highest score so far and the sum of exp(score - max)
-// over the positions so far. Every kernel keeps one per head and updates it only through
-// raise_max and add_position.
-struct OnlineSoftmax {
-  float max = -std::numeric_limits<float>::infinity();
-  float sum = 0.0f;
-};
-
-// What a rise of the maximum does to what has been accumulated (the sum and the head's weighted
-// sum of V rows): when `needed`, both are scaled by `correction` = exp(old max - new max).
-struct Rescale {
-  bool needed;
-  float correction;  // 1 when not needed
-};
-
-// Raises the maximum to `score` if that is higher. Scaling the running sum is left to the caller:
-// the plain loop rounds sum * correction before adding a weight; the fast kernel adds a tile's
-// weights in the same expression, which may compile to one fused multiply-add.
-inline Rescale raise_max(OnlineSoftmax& st, float score) {
-  const float new_max = std::max(st.max, score);
-  const bool needed = new_max > st.max;
-  const Rescale r{needed, needed ? std::exp(st.max - new_max) : 1.0f};
-  st.max = new_max;
-  return r;
-}
-
-// One position with this score, as the plain loop takes it: returns its weight exp(score - max)
-// (1 for a new maximum) and, in *rescale, what the caller does to its accumulator before adding
-// weight times the position's V row.
-inline float add_position(OnlineSoftmax& st, float score, Rescale* rescale) {
-  *rescale = raise_max(st, score);
-  const float weight = rescale->needed ? 1.0f : std::exp(score - st.max);
-  if (rescale->needed) st.sum *= rescale->correction;
-  st.sum += weight;
-  return weight;
-}
-
-// Query head `head`'s result from its state and accumulator acc[head_dim]: normalized into out,
-// or, for combine_attention_parts, left unnormalized with the state in partial_max / partial_sum.
-inline void write_head(const PagedAttentionArgs& a, int head, const OnlineSoftmax& st, const float* acc) {
-  float* out = a.out + size_t(head) * a.head_dim;
-  if (a.partial_max) {
-    a.partial_max[head] = st.max;
-    a.partial_sum[head] = st.sum;
-    std::copy(acc, acc + a.head_dim, out);
-    return;
-  }
-  const float inv = st.sum > 0 ? 1.0f / st.sum : 0.0f;
-  for (int j = 0; j < a.head_dim; ++j) out[j] = acc[j] * inv;
-}
+using namespace attention_detail;
 
 // The plain loop: online softmax per query head, each K/V row decoded once for its group.
 void attention_scalar_loop(const PagedAttentionArgs& a, RowDecoder decode) {
@@ -362,9 +267,9 @@ TQ_AVX2 void attention_avx2_impl(const PagedAttentionArgs& a) {
     std::fill(softmax, softmax + group, OnlineSoftmax{});
     for (int t0 = a.ctx_begin; t0 < a.n_ctx; t0 += kTile) {
       const int n = std::min(kTile, a.n_ctx - t0);
-      load_tile(a, true, t0, n, g, k_rows);
+      load_tile(a, true, t0, n, g, k_rows[0], kMaxHeadDim);
       for (int i = n; i < kTile; ++i) std::fill(k_rows[i], k_rows[i] + d, 0.0f);  // a short last tile
-      load_tile(a, false, t0, n, g, v_rows);
+      load_tile(a, false, t0, n, g, v_rows[0], kMaxHeadDim);
       for (int h = 0; h < group; ++h) {
         const __m256 s = tile_scores(q_group + size_t(h) * d, k_rows, n, d, a.scale);
         // The whole tile's maximum at once (from -inf: a rescale by 0, of nothing).
@@ -483,8 +388,8 @@ TQ_EXACT void attention_exact_avx2_impl(const PagedAttentionArgs& a) {
     std::fill(softmax, softmax + group, OnlineSoftmax{});
     for (int t0 = 0; t0 < a.n_ctx; t0 += kTile) {
       const int n = std::min(kTile, a.n_ctx - t0);
-      load_tile(a, true, t0, n, g, k_rows);
-      load_tile(a, false, t0, n, g, v_rows);
+      load_tile(a, true, t0, n, g, k_rows[0], kMaxHeadDim);
+      load_tile(a, false, t0, n, g, v_rows[0], kMaxHeadDim);
       if (n == kTile) {
         for (int c = 0; c < d; c += 8) transpose8(k_rows, c, k_cols);
         for (int h = 0; h < group; h += 4) {
@@ -555,7 +460,9 @@ void paged_attention_fast_avx2(const PagedAttentionArgs& a) {
 }
 
 void paged_attention_fast(const PagedAttentionArgs& a) {
-  if (paged_attention_fast_avx2_available(a)) {
+  if (paged_attention_fast_avx512_available(a)) {
+    paged_attention_fast_avx512(a);
+  } else if (paged_attention_fast_avx2_available(a)) {
     paged_attention_fast_avx2(a);
   } else {
     paged_attention_exact_scalar(a);

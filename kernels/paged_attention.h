@@ -18,10 +18,12 @@
 //   paged_attention_exact_scalar  the plain loop over positions: the reference arithmetic.
 //   paged_attention_exact         the plain loop's result bit for bit, with SIMD where it reorders
 //                                 nothing (the FP cache runs it).
-//   paged_attention_fast          the AVX2 kernel where the CPU and head_dim allow, else the plain
-//                                 loop: tiles of positions, FMA and a polynomial exp, so its last
-//                                 bits differ (tests hold it within 1e-5 relative of a double-precision
-//                                 reference); the quantized caches run it.
+//   paged_attention_fast          the AVX-512 kernel where the CPU and head_dim allow, else the
+//                                 AVX2 one, else the plain loop: tiles of positions, FMA and a
+//                                 polynomial exp, so its last bits differ (tests hold it within 1e-5
+//                                 relative of a double-precision reference); the quantized caches
+//                                 run it. Which kernel runs depends on the CPU only, never on the
+//                                 batch, the threads or the part of the context.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -100,6 +102,7 @@ void paged_attention_exact_scalar(const PagedAttentionArgs& args);
 // positions' dot products in 8 lanes, the SIMD row decoders (bit-identical to the scalar ones),
 // no fused multiply-add. The whole context in one part (no ctx_begin, no partial_max).
 void paged_attention_exact(const PagedAttentionArgs& args);
+// paged_attention_fast_avx512 where paged_attention_fast_avx512_available, else
 // paged_attention_fast_avx2 where paged_attention_fast_avx2_available, else
 // paged_attention_exact_scalar.
 void paged_attention_fast(const PagedAttentionArgs& args);
@@ -107,6 +110,11 @@ void paged_attention_fast(const PagedAttentionArgs& args);
 // otherwise.
 bool paged_attention_fast_avx2_available(const PagedAttentionArgs& args);
 void paged_attention_fast_avx2(const PagedAttentionArgs& args);
+// The AVX-512 kernel (kernels/paged_attention_avx512.cpp; tiles of 16 positions): usable iff
+// paged_attention_fast_avx512_available(args) (AVX-512F+FMA+F16C, head_dim % 16 == 0); fails
+// otherwise.
+bool paged_attention_fast_avx512_available(const PagedAttentionArgs& args);
+void paged_attention_fast_avx512(const PagedAttentionArgs& args);
 
 // Plain reference for tests: softmax(q·K/√d)·V over contiguous fp32 rows, in double precision.
 // q: [n_q_heads, d]; k, v: [n_ctx, n_kv_heads, d]; out: [n_q_heads, d].

@@ -129,14 +129,15 @@ TEST(CodedRow, ScalarDecodeMatchesOtherDecoders) {
   }
 }
 
-// AVX2 row decoders are bit-identical to the scalar ones, on encoded rows and on random codes,
-// for sizes that take the SIMD paths (64, 128) and ones that fall back per part (48, 96, 40).
-TEST(CodedRow, Avx2DecodeIsBitIdenticalToScalar) {
+// The AVX2 and AVX-512 row decoders are bit-identical to the scalar ones, on encoded rows and
+// on random codes, for sizes that take the SIMD paths (64, 128, 256) and ones that fall back per
+// part (48, 96, 40); the AVX-512 ones also three rows in one call, rows apart by a stride.
+TEST(CodedRow, SimdDecodeIsBitIdenticalToScalar) {
   if (!coded_row_avx2_available(format_for(kF32, 64))) GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
   std::mt19937 rng(12);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(-3.0f, 3.0f);
-  int checked = 0;
+  int checked = 0, wide = 0;
   for (int d : {64, 128, 256, 96, 48, 40}) {
     for (const Spec& s : kAllSpecs) {
       if (!spec_fits(s, d)) continue;
@@ -180,10 +181,20 @@ TEST(CodedRow, Avx2DecodeIsBitIdenticalToScalar) {
         ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * d), 0)
             << spec_name(s) << " d=" << d << " trial " << trial;
         ++checked;
+        if (!coded_row_avx512_available(f)) continue;
+        std::vector<uint8_t> rows(3 * (bytes + 5));
+        for (int r = 0; r < 3; ++r) std::memcpy(rows.data() + r * (bytes + 5), row.data(), bytes);
+        std::vector<float> c(3 * size_t(d + 3), -2e30f);
+        decode_coded_rows_avx512(f, rows.data(), bytes + 5, 3, c.data(), d + 3);
+        for (int r = 0; r < 3; ++r)
+          ASSERT_EQ(std::memcmp(a.data(), c.data() + r * (d + 3), sizeof(float) * d), 0)
+              << "AVX-512 " << spec_name(s) << " d=" << d << " trial " << trial << " row " << r;
+        ++wide;
       }
     }
   }
   EXPECT_GT(checked, 300);
+  if (__builtin_cpu_supports("avx512f")) EXPECT_GT(wide, 250);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,9 +254,9 @@ TEST(CodedAttention, MixedKeyValueFormats) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention: AVX2 kernel and dispatch against the scalar kernel
+// Attention: the AVX2 and AVX-512 kernels and the dispatch against the scalar kernel
 
-TEST(CodedAttention, Avx2MatchesScalar) {
+TEST(CodedAttention, SimdKernelsMatchScalar) {
   std::mt19937 rng(4242);
   {
     Pages p = build_pages(64, 1, 3, 16, kTq4, kTq4, rng);
@@ -253,7 +264,7 @@ TEST(CodedAttention, Avx2MatchesScalar) {
     if (!paged_attention_fast_avx2_available(make_args(p, q.data(), 1, out.data())))
       GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
   }
-  int cases = 0;
+  int cases = 0, wide_cases = 0;
   for (int d : {64, 128, 96, 48}) {
     std::vector<std::pair<Spec, Spec>> pairs;
     for (const Spec& s : kAllSpecs)
@@ -269,19 +280,28 @@ TEST(CodedAttention, Avx2MatchesScalar) {
           const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, ks, vs, rng);
           const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
           std::vector<float> scalar(size_t(n_q) * d), simd(scalar.size(), -3.0f), dispatch(scalar.size(), -5.0f);
+          std::vector<float> wide(scalar.size(), -7.0f);
           const PagedAttentionArgs a = make_args(p, q.data(), n_q, scalar.data());
           ASSERT_TRUE(paged_attention_fast_avx2_available(a));
           paged_attention_exact_scalar(a);
           paged_attention_fast_avx2(make_args(p, q.data(), n_q, simd.data()));
           paged_attention_fast(make_args(p, q.data(), n_q, dispatch.data()));
           EXPECT_LE(relative_diff(simd, scalar), 1e-5f);
-          EXPECT_EQ(dispatch, simd);
+          if (paged_attention_fast_avx512_available(a)) {
+            paged_attention_fast_avx512(make_args(p, q.data(), n_q, wide.data()));
+            EXPECT_LE(relative_diff(wide, scalar), 1e-5f);
+            EXPECT_EQ(dispatch, wide);
+            ++wide_cases;
+          } else {
+            EXPECT_EQ(dispatch, simd);
+          }
           ++cases;
         }
       }
     }
   }
   EXPECT_GT(cases, 300);
+  if (__builtin_cpu_supports("avx512f")) EXPECT_GT(wide_cases, 200);  // d = 64, 128, 96, 48
 }
 
 // The FP cache's kernel (the plain loop with SIMD decoding and lane-parallel but unreordered
@@ -451,6 +471,8 @@ TEST(CodedAttention, OddHeadDimUsesScalar) {
     const PagedAttentionArgs a = make_args(p, q.data(), 4, scalar.data());
     EXPECT_FALSE(paged_attention_fast_avx2_available(a));
     EXPECT_THROW(paged_attention_fast_avx2(a), Error);
+    EXPECT_FALSE(paged_attention_fast_avx512_available(a));
+    EXPECT_THROW(paged_attention_fast_avx512(a), Error);
     paged_attention_exact_scalar(a);
     paged_attention_fast(make_args(p, q.data(), 4, dispatch.data()));
     EXPECT_EQ(dispatch, scalar);
@@ -479,6 +501,28 @@ TEST(CodedAttention, EmptyContextGivesZeros) {
       paged_attention_fast_avx2(a);
       for (float o : out) ASSERT_EQ(o, 0.0f) << spec_name(s);
     }
+    if (paged_attention_fast_avx512_available(a)) {
+      std::fill(out.begin(), out.end(), 9.0f);
+      paged_attention_fast_avx512(a);
+      for (float o : out) ASSERT_EQ(o, 0.0f) << spec_name(s);
+    }
+  }
+}
+
+// head_dim 8 and 24 (multiples of 8, not of 16): the AVX2 kernel, not the AVX-512 one.
+TEST(CodedAttention, HeadDimNotAMultipleOf16UsesAvx2) {
+  std::mt19937 rng(816);
+  for (int d : {8, 24}) {
+    const Pages p = build_pages(d, 2, 40, 16, kF16, kF32, rng);
+    const std::vector<float> q = random_vec(4 * size_t(d), rng);
+    std::vector<float> simd(4 * size_t(d)), dispatch(simd.size());
+    const PagedAttentionArgs a = make_args(p, q.data(), 4, simd.data());
+    if (!paged_attention_fast_avx2_available(a)) GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
+    EXPECT_FALSE(paged_attention_fast_avx512_available(a)) << d;
+    EXPECT_THROW(paged_attention_fast_avx512(a), Error) << d;
+    paged_attention_fast_avx2(a);
+    paged_attention_fast(make_args(p, q.data(), 4, dispatch.data()));
+    EXPECT_EQ(dispatch, simd) << d;
   }
 }
 
@@ -507,6 +551,7 @@ TEST(CodedAttention, BadArgumentsFail) {
     EXPECT_THROW(paged_attention_fast(bad), Error) << what;
     EXPECT_THROW(paged_attention_exact_scalar(bad), Error) << what;
     EXPECT_THROW(paged_attention_fast_avx2(bad), Error) << what;
+    EXPECT_THROW(paged_attention_fast_avx512(bad), Error) << what;
   };
   PagedAttentionArgs bad = a;
   bad.n_q_heads = 5;

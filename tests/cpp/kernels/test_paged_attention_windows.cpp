@@ -46,6 +46,10 @@ TEST(CodedRow, Fp16ScaleRows) {
       EXPECT_EQ(got, want);
       decode_coded_rows_avx2(f, row.data(), coded_row_bytes(f), 3, rows.data(), d);
       for (int r = 0; r < 3; ++r) EXPECT_EQ(std::vector<float>(rows.begin() + r * d, rows.begin() + (r + 1) * d), want);
+      if (!coded_row_avx512_available(f)) continue;
+      std::fill(rows.begin(), rows.end(), 0.0f);
+      decode_coded_rows_avx512(f, row.data(), coded_row_bytes(f), 3, rows.data(), d);
+      for (int r = 0; r < 3; ++r) EXPECT_EQ(std::vector<float>(rows.begin() + r * d, rows.begin() + (r + 1) * d), want);
     }
   }
 }
