@@ -67,6 +67,10 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "quantized KV: a prefill chunk reads its own K/V rows as stored (stored: chunking-invariant) "
                   "or unquantized (exact)")
       ->capture_default_str();
+  cmd->add_option("--fp-attention", o.fp_attention,
+                  "full-precision KV layers: the fast kernel over context parts (fast) or the plain loop's "
+                  "arithmetic, one position at a time (exact)")
+      ->capture_default_str();
   cmd->add_option("--kv-calibration-file", o.calibration_file,
                   "text whose f32 prefill gives the tq modes' per-head centers and outlier channels")
       ->capture_default_str();
@@ -176,6 +180,9 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   if (o.kv_chunk_rows != "stored" && o.kv_chunk_rows != "exact")
     fail("--kv-chunk-rows '{}' is not one of: stored, exact", o.kv_chunk_rows);
   q.exact_chunk_rows = o.kv_chunk_rows == "exact";
+  if (o.fp_attention != "fast" && o.fp_attention != "exact")
+    fail("--fp-attention '{}' is not one of: fast, exact", o.fp_attention);
+  q.exact_fp_attention = o.fp_attention == "exact";
   return q;
 }
 

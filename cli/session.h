@@ -38,6 +38,7 @@ struct CacheOptions {
   std::string tq_keys = "centered";
   bool tq_center_values = false;
   std::string kv_chunk_rows = "stored";  // or "exact" (KvQuantOptions::exact_chunk_rows)
+  std::string fp_attention = "fast";     // or "exact" (KvQuantOptions::exact_fp_attention)
   std::string calibration_file = kDefaultCalibrationFile;
   int block_size = 16;
   int max_model_len = 0;  // 0: the model's context length, capped at 8192

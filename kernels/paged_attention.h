@@ -17,13 +17,13 @@
 // The kernels, by what they promise:
 //   paged_attention_exact_scalar  the plain loop over positions: the reference arithmetic.
 //   paged_attention_exact         the plain loop's result bit for bit, with SIMD where it reorders
-//                                 nothing (the FP cache runs it).
+//                                 nothing (the FP cache runs it with --fp-attention exact).
 //   paged_attention_fast          the AVX-512 kernel where the CPU and head_dim allow, else the
 //                                 AVX2 one, else the plain loop: tiles of positions, FMA and a
 //                                 polynomial exp, so its last bits differ (tests hold it within 1e-5
-//                                 relative of a double-precision reference); the quantized caches
-//                                 run it. Which kernel runs depends on the CPU only, never on the
-//                                 batch, the threads or the part of the context.
+//                                 relative of a double-precision reference); every cache runs it
+//                                 by default. Which kernel runs depends on the CPU only, never on
+//                                 the batch, the threads or the part of the context.
 #pragma once
 #include <cstddef>
 #include <cstdint>

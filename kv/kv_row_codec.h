@@ -36,6 +36,12 @@ struct KvQuantOptions {
   // in storage space) or as stored. Stored is the default: a token's output then does not depend
   // on how its prompt was chunked or batched (docs/FIDELITY.md measures both).
   bool exact_chunk_rows = false;
+  // Whether full-precision layers attend with the plain loop's arithmetic (paged_attention_exact:
+  // one position at a time, no fused multiply-add, one KV head per thread) instead of the fast
+  // kernel over context parts that quantized layers use. The fast kernel is the default: its
+  // order is fixed per output too, so every invariance holds, and it keeps both threads busy on
+  // one long sequence; the exact one reproduces the FP path's logits of before it existed.
+  bool exact_fp_attention = false;
 };
 
 // Split dtypes: per layer and KV head, a permutation of [0, head_dim) whose first half is the

@@ -57,7 +57,8 @@ PagedAttentionArgs attention_args(const LayerContext& c, int t, const float* q, 
   return a;
 }
 
-// Full-precision K and V: the exact kernel (the plain loop's arithmetic). Work items are
+// Full-precision K and V with KvQuantOptions::exact_fp_attention: the exact kernel (the plain
+// loop's arithmetic, the FP path's results from before any fast kernel existed). Work items are
 // (token, KV head) pairs so that a single decoding sequence still uses every thread; a head's
 // arithmetic does not depend on which thread runs it. Arguments are checked before the parallel
 // loop: an exception thrown inside it would terminate the program.
@@ -108,20 +109,24 @@ void check_window_rows(const LayerContext& c) {
   }
 }
 
-// Quantized K and/or V: q goes into K's storage space once per head, the kernel scores and
-// accumulates rows as stored (rotated space for TurboQuant), and the output comes back from V's
-// storage space once per head. Arguments are checked before the parallel region, as in attend_fp.
-void attend_coded(LayerContext& c, float scale) {
+// The fast kernel over context parts. Quantized K and/or V: q goes into K's storage space once
+// per head, the kernel scores and accumulates rows as stored (rotated space for TurboQuant), and
+// the output comes back from V's storage space once per head. A full-precision layer (`fp`) reads
+// q and writes the output as they are, with neither windows nor exact chunk rows: its pages hold
+// every row at full precision already. Arguments are checked before the parallel region, as in
+// attend_fp.
+void attend_parts(LayerContext& c, float scale, bool fp) {
   const ModelConfig& m = c.config;
   const int T = c.batch.size(), d = m.head_dim, group = m.num_heads / m.num_kv_heads, n_kv = m.num_kv_heads;
   const int64_t q_dim = int64_t{m.num_heads} * d, kv_dim = int64_t{n_kv} * d;
   const KvRowCodec& kc = c.cache.k_codec(c.layer);
   const KvRowCodec& vc = c.cache.v_codec(c.layer);
   const PagedRows k_pages = c.cache.k_pages(c.layer), v_pages = c.cache.v_pages(c.layer);
-  const bool exact_chunk = c.cache.options().exact_chunk_rows;
+  const bool exact_chunk = !fp && c.cache.options().exact_chunk_rows;
+  const bool use_windows = !fp && c.cache.shape().windows.any();
   const KvWindows& windows = c.cache.shape().windows;
-  const PagedRows k_window = windows.any() ? c.cache.window_k_pages(c.layer) : PagedRows{};
-  const PagedRows v_window = windows.any() ? c.cache.window_v_pages(c.layer) : PagedRows{};
+  const PagedRows k_window = use_windows ? c.cache.window_k_pages(c.layer) : PagedRows{};
+  const PagedRows v_window = use_windows ? c.cache.window_v_pages(c.layer) : PagedRows{};
   if (windows.any() && c.layer == 0) check_window_rows(c);
   if (exact_chunk) {
     // This step's own K/V rows, unquantized, in storage space (what encode() would code).
@@ -131,6 +136,10 @@ void attend_coded(LayerContext& c, float scale) {
         vc.exact_storage_row(c.buf.v.data() + t * kv_dim + g * d, g, c.buf.v_exact.data() + t * kv_dim + g * d);
       }
   }
+  // Where the kernel reads q and writes its output: the storage-space buffers, or for a
+  // full-precision layer the model's own.
+  const float* q_store = fp ? c.buf.q.data() : c.buf.q_store.data();
+  float* attn_store = fp ? c.buf.attn.data() : c.buf.attn_store.data();
   // Token t's parts are slots first_part[t] .. first_part[t + 1] - 1 of the part buffers.
   std::vector<int>& first_part = c.buf.first_part;  // [T + 1]
   first_part.assign(T + 1, 0);
@@ -146,11 +155,11 @@ void attend_coded(LayerContext& c, float scale) {
   const auto part_args = [&](int slot) {
     const int t = static_cast<int>(std::upper_bound(first_part.begin(), first_part.end(), slot) - first_part.begin()) - 1;
     const int part = slot - first_part[t], parts = first_part[t + 1] - first_part[t];
-    float* out = parts == 1 ? c.buf.attn_store.data() + t * q_dim : c.buf.part_out.data() + slot * q_dim;
-    PagedAttentionArgs a = attention_args(c, t, c.buf.q_store.data() + t * q_dim, scale, out);
+    float* out = parts == 1 ? attn_store + t * q_dim : c.buf.part_out.data() + slot * q_dim;
+    PagedAttentionArgs a = attention_args(c, t, q_store + t * q_dim, scale, out);
     a.k = k_pages;
     a.v = v_pages;
-    if (windows.any()) {  // which rows t reads at full precision depends on its position alone
+    if (use_windows) {  // which rows t reads at full precision depends on its position alone
       a.windows = true;
       a.window_k = k_window;
       a.window_v = v_window;
@@ -180,7 +189,7 @@ void attend_coded(LayerContext& c, float scale) {
 #pragma omp parallel if (T * n_kv > 1 || n_parts > T)
   {
 #pragma omp for schedule(static)
-    for (int item = 0; item < T * n_kv; ++item) {  // q into K's storage space, per (token, KV head)
+    for (int item = 0; item < (fp ? 0 : T * n_kv); ++item) {  // q into K's storage space, per (token, KV head)
       const int t = item / n_kv, g = item % n_kv;
       for (int h = g * group; h < (g + 1) * group; ++h)
         kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, g, c.buf.q_store.data() + t * q_dim + h * d);
@@ -196,7 +205,7 @@ void attend_coded(LayerContext& c, float scale) {
 #pragma omp for schedule(static)
     for (int item = 0; item < T * n_kv; ++item) {  // combine the parts; output from V's storage space
       const int t = item / n_kv, g = item % n_kv;
-      float* out_store = c.buf.attn_store.data() + t * q_dim;
+      float* out_store = attn_store + t * q_dim;
       const int parts = first_part[t + 1] - first_part[t];
       if (parts > 1) {  // the group's heads of each of t's parts, slots q_dim / num_heads apart
         const size_t slot = first_part[t], h0 = size_t(g) * group;
@@ -204,8 +213,9 @@ void attend_coded(LayerContext& c, float scale) {
                                 c.buf.part_max.data() + slot * m.num_heads + h0, c.buf.part_sum.data() + slot * m.num_heads + h0,
                                 m.num_heads, group, d, out_store + h0 * d);
       }
-      for (int h = g * group; h < (g + 1) * group; ++h)
-        vc.output_from_storage(out_store + h * d, g, c.buf.attn.data() + t * q_dim + h * d);
+      if (!fp)
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          vc.output_from_storage(out_store + h * d, g, c.buf.attn.data() + t * q_dim + h * d);
     }
   }
 }
@@ -224,10 +234,11 @@ void attend(LayerContext& c) {
     c.cache.write(c.layer, *c.batch.tables[t], c.batch.positions[t], c.buf.k.data() + t * kv_dim,
                   c.buf.v.data() + t * kv_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
-  if (c.cache.layer_is_fp(c.layer)) {
+  const bool fp = c.cache.layer_is_fp(c.layer);
+  if (fp && c.cache.options().exact_fp_attention) {
     attend_fp(c, scale);
   } else {
-    attend_coded(c, scale);
+    attend_parts(c, scale, fp);
   }
 }
 
