@@ -70,9 +70,10 @@ TQ_AVX512_INLINE void decode2(const uint8_t* codes, int d, __m512 table, float* 
 // b = 3: the low two bits in the 2-bit layout (bytes [0, d/4)), the high bit in the 1-bit layout
 // (bytes [d/4, d/4 + d/8)): coordinate j = c + k*d/4 (c < d/4) has it in byte c mod d/8 at bit
 // 2k + c div d/8. A run of 16 may straddle d/8 (d = 64), a run of 8 never does (d % 64 == 0), so
-// each half of the run gets its own load and shift.
+// each half of the run gets its own load and shift. `table` holds the 8 levels twice (entries
+// 8..15 = 0..7), so bit 3 of an index is free: one ternary-logic op takes bits 0-1 from the low
+// codes and bit 2 up from the high bit moved there.
 TQ_AVX512_INLINE void decode3(const uint8_t* codes, int d, __m512 table, float* out) {
-  const __m512i m2 = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1);
   const int s2 = d / 4, s1 = d / 8;
   const uint8_t* high = codes + s2;
   for (int c = 0; c < s2; c += 16) {
@@ -80,24 +81,27 @@ TQ_AVX512_INLINE void decode3(const uint8_t* codes, int d, __m512 table, float* 
     const int second0 = c >= s1 ? 1 : 0, second1 = c + 8 >= s1 ? 1 : 0;
     const __m128i hb8 = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(high + c - second0 * s1)),
                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(high + c + 8 - second1 * s1)));
-    const __m512i hb = _mm512_cvtepu8_epi32(hb8);
+    const __m512i hb4 = _mm512_slli_epi32(_mm512_cvtepu8_epi32(hb8), 2);  // the high bit of k = 0 at bit 2
     const __m512i base = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(second0)),
                                             _mm256_set1_epi32(second1), 1);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i low2 = _mm512_and_si512(_mm512_srli_epi32(lo, 2 * k), m2);
-      const __m512i shift = _mm512_add_epi32(base, _mm512_set1_epi32(2 * k));
-      const __m512i top = _mm512_and_si512(_mm512_srlv_epi32(hb, shift), one);
-      _mm512_storeu_ps(out + c + k * s2,
-                       _mm512_permutexvar_ps(_mm512_or_si512(low2, _mm512_slli_epi32(top, 2)), table));
+      const __m512i low = _mm512_srli_epi32(lo, 2 * k);
+      const __m512i top = _mm512_srlv_epi32(hb4, _mm512_add_epi32(base, _mm512_set1_epi32(2 * k)));
+      // (low & 3) | (top & ~3): imm8 0xE4 selects A where C is set, B elsewhere.
+      const __m512i idx = _mm512_ternarylogic_epi32(low, top, _mm512_set1_epi32(3), 0xE4);
+      _mm512_storeu_ps(out + c + k * s2, _mm512_permutexvar_ps(idx, table));
     }
   }
 }
 
-// levels * scale, padded to 16 entries (unused entries 0).
+// levels * scale in 16 entries: unused ones 0, except at 3 bits, where entries 8..15 repeat 0..7
+// (decode3).
 TQ_AVX512_INLINE __m512 scaled_table(const float* levels, int bits, float scale) {
   const __mmask16 used = __mmask16((1u << (1 << bits)) - 1);
-  return _mm512_mul_ps(_mm512_maskz_loadu_ps(used, levels), _mm512_set1_ps(scale));
+  __m512 t = _mm512_maskz_loadu_ps(used, levels);
+  if (bits == 3) t = _mm512_shuffle_f32x4(t, t, _MM_SHUFFLE(1, 0, 1, 0));
+  return _mm512_mul_ps(t, _mm512_set1_ps(scale));
 }
 
 TQ_AVX512_INLINE void decode_tq_part(const uint8_t* codes, int d, int bits, const float* levels, float scale,
