@@ -125,7 +125,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 };
 
 void register_all() {
-  for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq3.5", "tq3", "tq2"}) {
+  for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq3h", "tq2h", "tq3.5", "tq3", "tq2"}) {
     const std::string m = mode;
     const bool fp = m == "f16fp";
     auto* b = benchmark::RegisterBenchmark(("decode/" + m).c_str(), [m, fp](benchmark::State& s) {
