@@ -68,6 +68,16 @@ inline void load_tile(const PagedAttentionArgs& a, bool key, int t0, int n, int 
 // of KV head g of one side: a kernel calls it a tile ahead, so that the rows of the next block,
 // which the block table may put anywhere, are not each a cache miss when decoded. Exact chunk rows
 // are skipped (they were just written).
+// GCC deletes a loop whose body is only __builtin_prefetch (it has no side effects), so the x86
+// instruction is written out.
+inline void prefetch_line(const uint8_t* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 inline void prefetch_tile(const PagedAttentionArgs& a, bool key, int t0, int n, int g) {
   const int end = std::min(t0 + n, a.exact_from >= 0 ? a.exact_from : a.n_ctx);
   for (int t = t0; t < end;) {
@@ -75,8 +85,8 @@ inline void prefetch_tile(const PagedAttentionArgs& a, bool key, int t0, int n, 
     const int offset = t % a.block_size, run = std::min(end - t, a.block_size - offset);
     const uint8_t* first = row_ptr(pages, a.block_table[t / a.block_size], g, offset);
     const size_t bytes = size_t(run) * pages.row_stride;
-    for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(first + at);
-    __builtin_prefetch(first + bytes - 1);
+    for (size_t at = 0; at < bytes; at += 64) prefetch_line(first + at);
+    prefetch_line(first + bytes - 1);
     t += run;
   }
 }
