@@ -1,5 +1,7 @@
 #include "model/layer_blocks.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -146,16 +148,23 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
   for (int t = 0; t < T; ++t)
     first_part[t + 1] = first_part[t] + (c.batch.positions[t] + kAttentionPartRows) / kAttentionPartRows;
   const int n_parts = first_part[T];
-  if (n_parts > T) {
+  // Who computes a token's parts: with few (token, KV head) items for the threads (one long
+  // sequence decoding), every part is its own work item and the parts meet in the shared part
+  // buffers; otherwise each (token, KV head) item runs its parts one after another into its
+  // thread's buffers, which stay as small as one token's parts. Either way each part is the same
+  // kernel call and the parts are combined in the same order, so the result is the same bits.
+  const bool spread_parts = n_parts > T && T * n_kv < 4 * omp_get_max_threads();
+  if (spread_parts) {
     c.buf.part_out.resize(size_t(n_parts) * q_dim);
     c.buf.part_max.resize(size_t(n_parts) * m.num_heads);
     c.buf.part_sum.resize(size_t(n_parts) * m.num_heads);
   }
-  // The arguments of part slot `slot` (every KV head).
-  const auto part_args = [&](int slot) {
+  // The arguments of part slot `slot` (every KV head); a part of several writes its unnormalized
+  // output to part_out [num_heads, d] and its statistics to part_max / part_sum [num_heads].
+  const auto part_args = [&](int slot, float* part_out, float* part_max, float* part_sum) {
     const int t = static_cast<int>(std::upper_bound(first_part.begin(), first_part.end(), slot) - first_part.begin()) - 1;
     const int part = slot - first_part[t], parts = first_part[t + 1] - first_part[t];
-    float* out = parts == 1 ? attn_store + t * q_dim : c.buf.part_out.data() + slot * q_dim;
+    float* out = parts == 1 ? attn_store + t * q_dim : part_out;
     PagedAttentionArgs a = attention_args(c, t, q_store + t * q_dim, scale, out);
     a.k = k_pages;
     a.v = v_pages;
@@ -168,8 +177,8 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
     a.ctx_begin = part * kAttentionPartRows;
     a.n_ctx = std::min(a.n_ctx, (part + 1) * kAttentionPartRows);
     if (parts > 1) {
-      a.partial_max = c.buf.part_max.data() + size_t(slot) * m.num_heads;
-      a.partial_sum = c.buf.part_sum.data() + size_t(slot) * m.num_heads;
+      a.partial_max = part_max;
+      a.partial_sum = part_sum;
     }
     if (exact_chunk) {
       // The chunk of t's sequence in this batch: consecutive tokens with the same table.
@@ -185,7 +194,15 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
     }
     return a;
   };
-  for (int slot = 0; slot < n_parts; ++slot) check_paged_attention_args(part_args(slot));
+  const auto shared_part_args = [&](int slot) {
+    return part_args(slot, c.buf.part_out.data() + size_t(slot) * q_dim, c.buf.part_max.data() + size_t(slot) * m.num_heads,
+                     c.buf.part_sum.data() + size_t(slot) * m.num_heads);
+  };
+  {
+    float placeholder = 0;  // the checks look at which pointers are set, not at what they hold
+    for (int slot = 0; slot < n_parts; ++slot)
+      check_paged_attention_args(part_args(slot, &placeholder, &placeholder, &placeholder));
+  }
 #pragma omp parallel if (T * n_kv > 1 || n_parts > T)
   {
 #pragma omp for schedule(static)
@@ -194,20 +211,48 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
       for (int h = g * group; h < (g + 1) * group; ++h)
         kc.query_to_storage(c.buf.q.data() + t * q_dim + h * d, g, c.buf.q_store.data() + t * q_dim + h * d);
     }
+    if (spread_parts) {
 #pragma omp for schedule(dynamic)
-    for (int item = 0; item < n_parts * n_kv; ++item) {  // (part, KV head) pairs
-      const int slot = item / n_kv, g = item % n_kv;
-      PagedAttentionArgs a = part_args(slot);
-      a.kv_head_begin = g;
-      a.kv_head_end = g + 1;
-      paged_attention_fast(a);
+      for (int item = 0; item < n_parts * n_kv; ++item) {  // (part, KV head) pairs
+        const int slot = item / n_kv, g = item % n_kv;
+        PagedAttentionArgs a = shared_part_args(slot);
+        a.kv_head_begin = g;
+        a.kv_head_end = g + 1;
+        paged_attention_fast(a);
+      }
+    } else {
+#pragma omp for schedule(dynamic)
+      for (int item = 0; item < T * n_kv; ++item) {  // (token, KV head) pairs, parts in order
+        const int t = item / n_kv, g = item % n_kv;
+        const int parts = first_part[t + 1] - first_part[t];
+        thread_local std::vector<float> part_out, part_max, part_sum;  // [parts, num_heads (, d)]
+        if (parts > 1) {
+          part_out.resize(size_t(parts) * q_dim);
+          part_max.resize(size_t(parts) * m.num_heads);
+          part_sum.resize(size_t(parts) * m.num_heads);
+        }
+        for (int p = 0; p < parts; ++p) {
+          PagedAttentionArgs a =
+              parts == 1 ? part_args(first_part[t], nullptr, nullptr, nullptr)
+                         : part_args(first_part[t] + p, part_out.data() + size_t(p) * q_dim,
+                                     part_max.data() + size_t(p) * m.num_heads, part_sum.data() + size_t(p) * m.num_heads);
+          a.kv_head_begin = g;
+          a.kv_head_end = g + 1;
+          paged_attention_fast(a);
+        }
+        if (parts > 1) {
+          const size_t h0 = size_t(g) * group;
+          combine_attention_parts(parts, part_out.data() + h0 * d, q_dim, part_max.data() + h0, part_sum.data() + h0,
+                                  m.num_heads, group, d, attn_store + t * q_dim + h0 * d);
+        }
+      }
     }
 #pragma omp for schedule(static)
-    for (int item = 0; item < T * n_kv; ++item) {  // combine the parts; output from V's storage space
+    for (int item = 0; item < T * n_kv; ++item) {  // combine spread parts; output from V's storage space
       const int t = item / n_kv, g = item % n_kv;
       float* out_store = attn_store + t * q_dim;
       const int parts = first_part[t + 1] - first_part[t];
-      if (parts > 1) {  // the group's heads of each of t's parts, slots q_dim / num_heads apart
+      if (spread_parts && parts > 1) {  // the group's heads of each of t's parts, slots q_dim / num_heads apart
         const size_t slot = first_part[t], h0 = size_t(g) * group;
         combine_attention_parts(parts, c.buf.part_out.data() + slot * q_dim + h0 * d, q_dim,
                                 c.buf.part_max.data() + slot * m.num_heads + h0, c.buf.part_sum.data() + slot * m.num_heads + h0,
