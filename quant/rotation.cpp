@@ -8,6 +8,7 @@
 #include <random>
 
 #include "errors/error.h"
+#include "kernels/dense_rotation.h"
 
 namespace tq {
 namespace {
@@ -104,11 +105,12 @@ std::vector<double> orthogonal_factor(std::vector<double> a, int n) {
   return q;
 }
 
-// Scratch so that apply(x, x) works without an allocation per call.
-std::vector<float>& scratch(int n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(n)) buf.resize(n);
-  return buf;
+// The row-major transpose of a row-major n x n matrix.
+std::vector<float> transposed(const std::vector<float>& m, int n) {
+  std::vector<float> t(m.size());
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) t[size_t(j) * n + i] = m[size_t(i) * n + j];
+  return t;
 }
 
 }  // namespace
@@ -172,6 +174,7 @@ Rotation Rotation::make(RotationKind kind, int dim, uint64_t seed, int layer) {
   const std::vector<double> q = orthogonal_factor(std::move(g), dim);
   r.matrix_.resize(q.size());
   for (size_t i = 0; i < q.size(); ++i) r.matrix_[i] = static_cast<float>(q[i]);
+  r.matrix_t_ = transposed(r.matrix_, dim);
   return r;
 }
 
@@ -185,6 +188,7 @@ Rotation Rotation::from_matrix(int dim, std::vector<float> row_major) {
   r.kind_ = RotationKind::matrix;
   r.dim_ = dim;
   r.matrix_ = std::move(row_major);
+  r.matrix_t_ = transposed(r.matrix_, dim);
   return r;
 }
 
@@ -197,19 +201,10 @@ void Rotation::apply(const float* x, float* y) const {
     for (int j = 0; j < n; ++j) y[j] *= inv;
     return;
   }
-  std::vector<float>& in = scratch(n);
-  std::memcpy(in.data(), x, sizeof(float) * n);
-  // FP32 accumulation in 8 interleaved partial sums: a fixed order (deterministic) that the
-  // compiler can keep in one vector register.
-  for (int i = 0; i < n; ++i) {
-    const float* row = matrix_.data() + size_t(i) * n;
-    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-      for (int k = 0; k < 8; ++k) part[k] += row[j + k] * in[j + k];
-    }
-    for (; j < n; ++j) part[j & 7] += row[j] * in[j];
-    y[i] = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+  if (dense_rotation_avx512_available(n)) {
+    rotate_dense_avx512(matrix_t_.data(), x, y, n);
+  } else {
+    rotate_dense_scalar(matrix_.data(), x, y, n);
   }
 }
 
@@ -223,14 +218,10 @@ void Rotation::apply_transpose(const float* y, float* x) const {
     for (int j = 0; j < n; ++j) x[j] *= signs_[j] * inv;
     return;
   }
-  std::vector<float>& in = scratch(n);
-  std::memcpy(in.data(), y, sizeof(float) * n);
-  // x = sum_i y_i * row_i: contiguous row reads (axpy) instead of strided column reads.
-  std::memset(x, 0, sizeof(float) * n);
-  for (int i = 0; i < n; ++i) {
-    const float* row = matrix_.data() + size_t(i) * n;
-    const float yi = in[i];
-    for (int j = 0; j < n; ++j) x[j] += yi * row[j];
+  if (dense_rotation_avx512_available(n)) {
+    rotate_dense_transpose_avx512(matrix_.data(), y, x, n);
+  } else {
+    rotate_dense_transpose_scalar(matrix_.data(), y, x, n);
   }
 }
 

@@ -66,7 +66,8 @@ class Rotation {
  private:
   RotationKind kind_ = RotationKind::dense;
   int dim_ = 0;
-  std::vector<float> matrix_;  // dense / matrix: row-major R
+  std::vector<float> matrix_;    // dense / matrix: row-major R
+  std::vector<float> matrix_t_;  // dense / matrix: row-major R^T, for the AVX-512 R x
   std::vector<float> signs_;   // hadamard: diag(s)
 };
 
