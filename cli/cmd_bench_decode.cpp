@@ -2,7 +2,8 @@
 // KV cache mode, with the model loaded once. For each mode one sequence of random token ids grows
 // through the contexts in order: prefill up to context c (in chunks, timed), then N one-token
 // forward steps at positions c .. c+N-1 (timed: that is a decode step, LM head included), then
-// on to the next context. `llama-bench -d` measures the same thing for llama.cpp.
+// on to the next context. `llama-bench -d` measures the same thing for llama.cpp. As there, an
+// untimed warm-up pass runs first, and the cache is made resident before it, as the server does.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -93,10 +94,18 @@ int run_bench_decode(const BenchDecodeFlags& f) {
     std::optional<KvCalibration> calibration;
     auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
                             (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);
+    cache->prefault();  // resident before timing, as the server makes it (engine/kv_budget.cpp)
     BlockPool pool(*cache);
     ScopedBlockTable sequence(pool);
     if (!sequence.allocate(total)) fail("bench decode: the KV cache cannot hold {} tokens", total);
     BlockTable& table = sequence.table();
+    {  // warm-up, untimed (llama-bench warms up too): the first chunk, whose rows the timed prefill
+       // then writes again with the same values
+      ForwardBatch batch;
+      const int end = std::min(contexts.front(), f.prefill_chunk);
+      for (int p = 0; p < end; ++p) batch.add(ids[p], p, &table, p + 1 == end);
+      model.forward(batch, *cache, logits);
+    }
     int position = 0;
     for (int ctx : contexts) {
       const int prefilled_from = position;

@@ -27,6 +27,8 @@ inline float sum_lanes(const float acc[8]) {
 
 bool has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K; }
 
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
 // One output element of a block format: Σ over slices of scale·(exact lane sums), in eight
 // lanes, plus the offsets times the activation block sums.
 float dot_slices_reference(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_slices) {
@@ -43,6 +45,27 @@ float dot_slices_reference(DType t, const uint8_t* row, const ActivationBlock* a
     if (has_offset(t)) offsets = std::fma(s.offset, act[b].s, offsets);
   }
   return has_offset(t) ? sum_lanes(acc) + offsets : sum_lanes(acc);
+}
+
+// One output element of a K-quant format: per slice the exact integer sum of each run of values
+// that shares a scale (all 32 for Q4_K and Q5_K, each 16 for Q6_K) times scale·d_act, in one
+// fp32 FMA chain, plus the offsets times the activation block sums.
+float dot_k_slices_reference(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_slices) {
+  float acc = 0, offsets = 0;
+  WeightSlice s;
+  for (int64_t b = 0; b < n_slices; ++b) {
+    unpack_weight_slice(t, row, b, &s);
+    int32_t half[2] = {0, 0};  // values 0..15, 16..31
+    for (int j = 0; j < 32; ++j) half[j / 16] += int32_t{s.q[j]} * int32_t{act[b].qs[j]};
+    if (t == DType::Q6_K) {
+      acc = std::fma(s.scale[0] * act[b].d, static_cast<float>(half[0]), acc);
+      acc = std::fma(s.scale[4] * act[b].d, static_cast<float>(half[1]), acc);
+    } else {
+      acc = std::fma(s.scale[0] * act[b].d, static_cast<float>(half[0] + half[1]), acc);
+    }
+    if (has_offset(t)) offsets = std::fma(s.offset, act[b].s, offsets);
+  }
+  return has_offset(t) ? acc + offsets : acc;
 }
 
 float widen(DType t, const uint8_t* row, int64_t k) {
@@ -134,7 +157,8 @@ void linear_stored_reference(const float* x, int64_t n, int64_t in, DType t, con
     const uint8_t* row = w + o * row_bytes;
     for (int64_t r = 0; r < n; ++r) {
       const float v = is_half(t) ? dot_half_reference(t, row, x + r * in, in)
-                                 : dot_slices_reference(t, row, act.data() + r * n_slices, n_slices);
+                      : is_k_quant(t) ? dot_k_slices_reference(t, row, act.data() + r * n_slices, n_slices)
+                                      : dot_slices_reference(t, row, act.data() + r * n_slices, n_slices);
       y[r * out + o] = bias ? v + bias[o] : v;
     }
   }

@@ -5,10 +5,13 @@
 //
 // Block formats are computed the way ggml computes them on x86: each activation row is
 // quantized to 8-bit blocks of 32 (with the block sum for formats that have an offset), each
-// 32-value weight slice (kernels/weight_slices.h) gives eight exact integer lane sums, and the
-// scales are accumulated into eight fp32 lanes with FMA and summed pairwise at the end, offsets
-// in a separate fp32 chain. For Q8_0/Q4_0/Q4_1 that is ggml's own order, so greedy outputs agree
-// with llama.cpp on the same GGUF. F16/BF16 rows are widened to fp32 and use eight FMA lanes
+// 32-value weight slice (kernels/weight_slices.h) of Q8_0, Q4_0 and Q4_1 gives eight exact integer
+// lane sums, and the scales are accumulated into eight fp32 lanes with FMA and summed pairwise at
+// the end, offsets in a separate fp32 chain: ggml's own order, so greedy outputs agree with
+// llama.cpp on the same GGUF. The K-quants (Q4_K, Q5_K, Q6_K) sum each run of values that shares
+// a scale exactly in integers (a slice's 32 values; Q6_K's two halves of 16) and accumulate
+// scale·sum into one fp32 chain, as ggml sums a whole 256-value block in integers before its one
+// float product: a third of the float work per value of the eight-lane form. F16/BF16 rows are widened to fp32 and use eight FMA lanes
 // over the row, in order.
 //
 // Every output element is computed by the same operations in the same order whatever the batch

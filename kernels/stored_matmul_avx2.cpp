@@ -54,9 +54,11 @@ struct Slice {
 };
 
 // Per type: Signed (q may be negative: the products use the sign trick), Offset (an offset
-// chain exists), load(row, slice index).
+// chain exists), ScaleRuns (0: eight lane sums in eight fp32 lanes; 1 or 2: the K-quants' runs of
+// 32 or 16 values summed in integers, kernels/stored_matmul.h), load(row, slice index).
 struct Q8_0 {
   static constexpr bool kSigned = true, kOffset = false;
+  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ8_0>(row, b);
     return {load32(blk + offsetof(BlockQ8_0, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ8_0, d))), 0.0f};
@@ -65,6 +67,7 @@ struct Q8_0 {
 
 struct Q4_0 {
   static constexpr bool kSigned = true, kOffset = false;
+  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ4_0>(row, b);
     return {_mm256_sub_epi8(legacy_nibbles(blk + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8)),
@@ -74,6 +77,7 @@ struct Q4_0 {
 
 struct Q4_1 {
   static constexpr bool kSigned = false, kOffset = true;
+  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ4_1>(row, b);
     return {legacy_nibbles(blk + offsetof(BlockQ4_1, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ4_1, d))),
@@ -85,6 +89,7 @@ struct Q4_1 {
 template <bool kFiveBits>
 struct Q45_K {
   static constexpr bool kSigned = false, kOffset = true;
+  static constexpr int kScaleRuns = 1;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = kFiveBits ? block_at<BlockQ5_K>(row, b / 8) : block_at<BlockQ4_K>(row, b / 8);
     const int j = static_cast<int>(b % 8);
@@ -103,6 +108,7 @@ struct Q45_K {
 
 struct Q6_K {
   static constexpr bool kSigned = true, kOffset = false;
+  static constexpr int kScaleRuns = 2;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ6_K>(row, b / 8);
     const int j = static_cast<int>(b % 8), half = j / 4, run = j % 4;
@@ -118,10 +124,18 @@ struct Q6_K {
   }
 };
 
-// Lane k = Σ of products 4k..4k+3 of unsigned bytes u and signed bytes s, as fp32.
-inline __m256 lane_sums(__m256i u, __m256i s) {
+// Lane k = Σ of products 4k..4k+3 of unsigned bytes u and signed bytes s.
+inline __m256i lane_ints(__m256i u, __m256i s) {
   const __m256i pairs = _mm256_maddubs_epi16(u, s);  // |pair| ≤ 2·128·127: no saturation
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
+  return _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
+}
+
+inline __m256 lane_sums(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(lane_ints(u, s)); }
+
+// The sum of four int32 lanes (exact: the order does not matter).
+inline int32_t sum4(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1)));
 }
 
 // ggml's hsum_float_8 order: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then the two.
@@ -172,6 +186,52 @@ void slice_tile(const uint8_t* w, size_t row_bytes, const ActivationBlock* act, 
   unrolled<R>([&](int r) {
     unrolled<T>([&](int t) {
       const float v = W::kOffset ? sum_lanes(acc[r][t]) + offsets[r][t] : sum_lanes(acc[r][t]);
+      y[t * out + r] = bias ? v + bias[r] : v;
+    });
+  });
+}
+
+// slice_tile for the K-quants (W::kScaleRuns 1 or 2): each run of values sharing a scale summed
+// in integers, scale·d_act times it in one fp32 FMA chain per output (dot_k_slices_reference).
+template <class W, int R, int T>
+void k_slice_tile(const uint8_t* w, size_t row_bytes, const ActivationBlock* act, int64_t n_slices, int64_t out,
+                  const float* bias, float* y) {
+  float acc[R][T], offsets[R][T];
+  unrolled<R>([&](int r) {
+    unrolled<T>([&](int t) {
+      acc[r][t] = 0.0f;
+      offsets[r][t] = 0.0f;
+    });
+  });
+  for (int64_t b = 0; b < n_slices; ++b) {
+    Slice s[R];
+    __m256i magnitude[R];
+    float scale0[R], scale1[R];  // values 0..15 and 16..31
+    unrolled<R>([&](int r) {
+      s[r] = W::load(w + r * row_bytes, b);
+      if (W::kSigned) magnitude[r] = _mm256_sign_epi8(s[r].q, s[r].q);
+      scale0[r] = _mm256_cvtss_f32(s[r].scale);
+      scale1[r] = _mm_cvtss_f32(_mm256_extractf128_ps(s[r].scale, 1));
+    });
+    unrolled<T>([&](int t) {
+      const ActivationBlock& a = act[t * n_slices + b];
+      const __m256i qa = load32(reinterpret_cast<const uint8_t*>(a.qs));
+      unrolled<R>([&](int r) {
+        const __m256i lanes = W::kSigned ? lane_ints(magnitude[r], _mm256_sign_epi8(qa, s[r].q)) : lane_ints(s[r].q, qa);
+        const __m128i lo = _mm256_castsi256_si128(lanes), hi = _mm256_extracti128_si256(lanes, 1);
+        if (W::kScaleRuns == 2) {
+          acc[r][t] = __builtin_fmaf(scale0[r] * a.d, static_cast<float>(sum4(lo)), acc[r][t]);
+          acc[r][t] = __builtin_fmaf(scale1[r] * a.d, static_cast<float>(sum4(hi)), acc[r][t]);
+        } else {
+          acc[r][t] = __builtin_fmaf(scale0[r] * a.d, static_cast<float>(sum4(_mm_add_epi32(lo, hi))), acc[r][t]);
+        }
+        if (W::kOffset) offsets[r][t] = __builtin_fmaf(s[r].offset, a.s, offsets[r][t]);
+      });
+    });
+  }
+  unrolled<R>([&](int r) {
+    unrolled<T>([&](int t) {
+      const float v = W::kOffset ? acc[r][t] + offsets[r][t] : acc[r][t];
       y[t * out + r] = bias ? v + bias[r] : v;
     });
   });
@@ -255,8 +315,13 @@ void run_slices(const ActivationBlock* act, int64_t n, int64_t n_slices, const u
                 int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
     shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
-      slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out, bias ? bias + o : nullptr,
-                            y + t * out + o);
+      if constexpr (W::kScaleRuns > 0) {
+        k_slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out,
+                                bias ? bias + o : nullptr, y + t * out + o);
+      } else {
+        slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out,
+                              bias ? bias + o : nullptr, y + t * out + o);
+      }
     });
   };
   run_panels(n, out, p_begin, p_end, tile);

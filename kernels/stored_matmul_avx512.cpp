@@ -32,6 +32,12 @@ inline void prefetch_ahead(const uint8_t* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + 64 * line), _MM_HINT_T0);
 }
 
+// Activation values 4k..4k+3 in every 32-bit lane, loaded by the broadcast itself (a load, not a
+// move from a general register).
+inline __m512i act4(const int8_t* qa, int k) {
+  return _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(qa + 4 * k))));
+}
+
 // Eight lane accumulators (vector k: lane k of each row) summed in ggml's hsum order:
 // (0+4, 2+6), (1+5, 3+7), then the two.
 inline __m512 sum_lanes(const __m512* acc) {
@@ -44,7 +50,7 @@ inline __m512 sum_lanes(const __m512* acc) {
 // for chunk k, the exact integer sums of 4 products of values 4k..4k+3 (low nibbles) and
 // 16+4k..16+4k+3 (high nibbles), times dd[t] = scale·d_act, fused into lanes k and k + 4.
 template <int T>
-inline void nibble_slice(const uint8_t* chunks, const __m512* dd, const int32_t (*qa)[8], __m512 (*acc)[8]) {
+inline void nibble_slice(const uint8_t* chunks, const __m512* dd, const int8_t* const* qa, __m512 (*acc)[8]) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
@@ -53,8 +59,8 @@ inline void nibble_slice(const uint8_t* chunks, const __m512* dd, const int32_t 
     const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
 #pragma GCC unroll 2
     for (int t = 0; t < T; ++t) {
-      const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_set1_epi32(qa[t][k]));
-      const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, _mm512_set1_epi32(qa[t][k + 4]));
+      const __m512i lo_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, act4(qa[t], k));
+      const __m512i hi_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), high, act4(qa[t], k + 4));
       acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
       acc[t][k + 4] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
     }
@@ -62,16 +68,16 @@ inline void nibble_slice(const uint8_t* chunks, const __m512* dd, const int32_t 
 }
 
 // Token t's part of one slice of a 4-bit group: dd[t] = scale·d_act, the offset chain
-// offsets[t] += offset·s_act, and the activation values 4k..4k+3 as one int32 each.
+// offsets[t] += offset·s_act, and where its activation values are.
 template <int T>
 inline void slice_tokens(const ActivationBlock* act, int64_t act_stride, int64_t b, __m512 scale, __m512 offset,
-                         __m512* dd, __m512* offsets, int32_t (*qa)[8]) {
-#pragma GCC unroll 2
+                         __m512* dd, __m512* offsets, const int8_t** qa) {
+#pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     const ActivationBlock& a = act[t * act_stride + b];
     dd[t] = _mm512_mul_ps(scale, _mm512_set1_ps(a.d));
     offsets[t] = _mm512_fmadd_ps(offset, _mm512_set1_ps(a.s), offsets[t]);
-    std::memcpy(qa[t], a.qs, 32);
+    qa[t] = a.qs;
   }
 }
 
@@ -100,7 +106,7 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
     __m512 dd[T];
-    int32_t qa[T][8];  // token t's activation values 4k..4k+3 as one int32
+    const int8_t* qa[T];  // token t's activation values
     slice_tokens<T>(act, act_stride, b, d, m, dd, offsets, qa);
     nibble_slice<T>(group + 4 * kRows, dd, qa, acc);
   }
@@ -113,15 +119,18 @@ inline __m512 bytes_as_float(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// T tokens against one group of 16 interleaved Q4_K rows: per slice the row tile's scale
-// fp32(d)·scale_j and offset -(fp32(dmin)·min_j), each one rounding as there, then q4_1_group's
-// operations.
+// T tokens against one group of 16 interleaved Q4_K rows in the K-quant order
+// (dot_k_slices_reference): per slice each row's 32 products summed exactly in int32 (dpbusd into
+// two chains, low and high nibbles, added: integer sums in any order are the same), times
+// fp32(d)·scale_j·d_act in one FMA, the offsets -(fp32(dmin)·min_j)·s_act in their own chain.
 template <int T>
 inline void q4_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t*,
                        int64_t act_stride, __m512* total) {
-  __m512 acc[T][8], offsets[T];
-  zero_accumulators<T>(acc, offsets);
+  __m512 acc[T], offsets[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = offsets[t] = _mm512_setzero_ps();
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ4KBytes * kRows) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
@@ -132,13 +141,30 @@ inline void q4_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
       const __m512 offset =
           _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, bytes_as_float(slice + kRows))), sign));
       __m512 dd[T];
-      int32_t qa[T][8];
+      const int8_t* qa[T];
       slice_tokens<T>(act, act_stride, b + j, scale, offset, dd, offsets, qa);
-      nibble_slice<T>(slice + 2 * kRows, dd, qa, acc);
+      __m512i lo_sum[T], hi_sum[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) lo_sum[t] = hi_sum[t] = _mm512_setzero_si512();
+      const uint8_t* chunks = slice + 2 * kRows;
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i chunk = _mm512_loadu_si512(chunks + 4 * kRows * k);
+        const __m512i low = _mm512_and_si512(chunk, low4);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa[t], k));
+          hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], high, act4(qa[t], k + 4));
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(_mm512_add_epi32(lo_sum[t], hi_sum[t])), acc[t]);
     }
   }
-#pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(sum_lanes(acc[t]), offsets[t]);
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(acc[t], offsets[t]);
 }
 
 // T tokens against one group of 16 interleaved Q8_0 rows, stored as q + 128 (unsigned): each
@@ -157,13 +183,13 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int64_t b = 0; b < n_slices; ++b, group += kSliceBytes) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     __m512 dd[T];
-    int32_t qa[T][8];
+    const int8_t* qa[T];
     const int32_t* start[T];  // -128 · Σ of values 4k..4k+3, k = 0..7
 #pragma GCC unroll 2
     for (int t = 0; t < T; ++t) {
       const ActivationBlock& a = act[t * act_stride + b];
       dd[t] = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
-      std::memcpy(qa[t], a.qs, 32);
+      qa[t] = a.qs;
       start[t] = act_sums + (t * act_stride + b) * 8;
     }
 #pragma GCC unroll 8
@@ -171,7 +197,7 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
       const __m512i chunk = _mm512_loadu_si512(group + 2 * kRows + 4 * kRows * k);
 #pragma GCC unroll 2
       for (int t = 0; t < T; ++t) {
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k]), chunk, _mm512_set1_epi32(qa[t][k]));
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k]), chunk, act4(qa[t], k));
         acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(sum), acc[t][k]);
       }
     }
@@ -186,18 +212,16 @@ inline __m512 int8s_as_float(const uint8_t* p) {
 }
 
 // T tokens against one group of 16 interleaved Q6_K rows, values stored as q + 32 (unsigned 0..63,
-// four bits in a nibble chunk and two in a top-bits chunk): each lane's dpbusd starts from
-// -32·(the 4 activation values' sum), a quarter of act_sums' -128·sum, so it ends at the exact
-// signed dot Σ q·a of the row tile's sign trick. Lanes 0-3 (values 0..15) are scaled by
-// fp32(d)·scale_0, lanes 4-7 by fp32(d)·scale_1, each times d_act, as the row tile does.
+// four bits in a nibble chunk and two in a top-bits chunk), in the K-quant order
+// (dot_k_slices_reference): each half slice's 16 products summed exactly in int32, its dpbusd chain
+// starting from -32·(the half's activation sum), a quarter of act_sums' -128·sums, so it ends at the
+// signed Σ q·a; values 0..15 then 16..31 times fp32(d)·scale·d_act into one FMA chain.
 template <int T>
 inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t* act_sums,
                        int64_t act_stride, __m512* total) {
-  __m512 acc[T][8];
-#pragma GCC unroll 2
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) acc[t][k] = _mm512_setzero_ps();
+  __m512 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
   for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ6KBytes * kRows) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
@@ -207,15 +231,17 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
       const __m512 scale_lo = _mm512_mul_ps(d, int8s_as_float(slice));
       const __m512 scale_hi = _mm512_mul_ps(d, int8s_as_float(slice + kRows));
       __m512 dd_lo[T], dd_hi[T];
-      int32_t qa[T][8];
-      const int32_t* start[T];  // -128 · Σ of values 4k..4k+3, k = 0..7
-#pragma GCC unroll 2
+      const int8_t* qa[T];
+      __m512i lo_sum[T], hi_sum[T];
+#pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const ActivationBlock& a = act[t * act_stride + b + j];
         dd_lo[t] = _mm512_mul_ps(scale_lo, _mm512_set1_ps(a.d));
         dd_hi[t] = _mm512_mul_ps(scale_hi, _mm512_set1_ps(a.d));
-        std::memcpy(qa[t], a.qs, 32);
-        start[t] = act_sums + (t * act_stride + b + j) * 8;
+        qa[t] = a.qs;
+        const int32_t* start = act_sums + (t * act_stride + b + j) * 8;  // -128 · Σ of values 4k..4k+3
+        lo_sum[t] = _mm512_set1_epi32((start[0] + start[1] + start[2] + start[3]) >> 2);  // exact: multiples of 4
+        hi_sum[t] = _mm512_set1_epi32((start[4] + start[5] + start[6] + start[7]) >> 2);
       }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
@@ -227,25 +253,26 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
                                             _mm512_slli_epi16(_mm512_and_si512(tops, low2), 4));
         const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nibbles, 4), low4),
                                              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(tops, 2), low2), 4));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-          const __m512i lo_sum =
-              _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k] / 4), low, _mm512_set1_epi32(qa[t][k]));
-          const __m512i hi_sum =
-              _mm512_dpbusd_epi32(_mm512_set1_epi32(start[t][k + 4] / 4), high, _mm512_set1_epi32(qa[t][k + 4]));
-          acc[t][k] = _mm512_fmadd_ps(dd_lo[t], _mm512_cvtepi32_ps(lo_sum), acc[t][k]);
-          acc[t][k + 4] = _mm512_fmadd_ps(dd_hi[t], _mm512_cvtepi32_ps(hi_sum), acc[t][k + 4]);
+          lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa[t], k));
+          hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], high, act4(qa[t], k + 4));
         }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_fmadd_ps(dd_lo[t], _mm512_cvtepi32_ps(lo_sum[t]), acc[t]);
+        acc[t] = _mm512_fmadd_ps(dd_hi[t], _mm512_cvtepi32_ps(hi_sum[t]), acc[t]);
       }
     }
   }
-#pragma GCC unroll 2
-  for (int t = 0; t < T; ++t) total[t] = sum_lanes(acc[t]);
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) total[t] = acc[t];
 }
 
 template <int T>
 inline void store_group(const __m512* total, int64_t rows, const float* bias, int64_t o0, int64_t out, float* y) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     float v[kRows];
     _mm512_storeu_ps(v, total[t]);
@@ -254,7 +281,9 @@ inline void store_group(const __m512* total, int64_t rows, const float* bias, in
   }
 }
 
-template <class GroupFn>
+// kMaxTokens: tokens per pass over a group's slices (the K-quants' few accumulators leave
+// registers for 4; the eight-lane formats take 2).
+template <int kMaxTokens, class GroupFn>
 void run_groups(const GroupFn& group_fn, size_t slice_bytes, const ActivationBlock* act, const int32_t* act_sums,
                 int64_t n, int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
                 int64_t g_begin, int64_t g_end) {
@@ -262,8 +291,15 @@ void run_groups(const GroupFn& group_fn, size_t slice_bytes, const ActivationBlo
   for (int64_t g = g_begin; g < g_end; ++g) {
     const uint8_t* group = w + static_cast<size_t>(g) * n_slices * slice_bytes;
     const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
-    // Two tokens at a time (each loaded chunk serves both); the group's slices stay in L1.
+    // Several tokens at a time (each loaded chunk serves them all); the group's slices stay in L1.
     int64_t tok = 0;
+    if constexpr (kMaxTokens >= 4) {
+      for (; tok + 4 <= n; tok += 4) {
+        __m512 total[4];
+        group_fn.template operator()<4>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+        store_group<4>(total, rows, bias, o0, out, y + tok * out);
+      }
+    }
     for (; tok + 2 <= n; tok += 2) {
       __m512 total[2];
       group_fn.template operator()<2>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
@@ -301,19 +337,19 @@ void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, con
   if (t == DType::Q4_1) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q4_1_group<T>(g, s, a, sums, stride, total); };
-    run_groups(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
+    run_groups<2>(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
   } else if (t == DType::Q4_K) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q4_k_group<T>(g, s, a, sums, stride, total); };
-    run_groups(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
+    run_groups<4>(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
   } else if (t == DType::Q6_K) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q6_k_group<T>(g, s, a, sums, stride, total); };
-    run_groups(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
+    run_groups<4>(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
   } else if (t == DType::Q8_0) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q8_0_group<T>(g, s, a, sums, stride, total); };
-    run_groups(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
+    run_groups<2>(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
   }
 }
 

@@ -241,7 +241,7 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
     std::vector<float> bias(out);
     for (float& v : bias) v = normal(rng);
     const std::vector<uint8_t> other = random_rows(DType::Q8_0, 24, in, rng);
-    for (int64_t n : {1, 2, 3, 5}) {
+    for (int64_t n : {1, 2, 3, 5, 7, 9}) {
       std::vector<float> x(n * in);
       for (float& v : x) v = normal(rng);
       for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
