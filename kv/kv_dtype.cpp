@@ -153,11 +153,9 @@ void kv_encode_row(KvDtype dtype, const float* src, int head_dim, void* dst) {
       for (int i = 0; i < head_dim; ++i) out[i] = fp32_to_bf16(src[i]);
       return;
     }
-    case KvDtype::F16: {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (int i = 0; i < head_dim; ++i) out[i] = fp32_to_fp16(src[i]);
+    case KvDtype::F16:
+      fp32_to_fp16_row(src, static_cast<uint16_t*>(dst), head_dim);
       return;
-    }
     default: require_fp(dtype, "kv_encode_row");
   }
 }

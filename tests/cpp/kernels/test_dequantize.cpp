@@ -224,6 +224,25 @@ TEST(Fp16, FromFp32MatchesNumpy) {
   }
 }
 
+// The row conversion (F16C where the CPU has it) is fp32_to_fp16 bit for bit: every 61st fp32
+// bit pattern (NaNs with many payloads, subnormals, ties, overflow) plus the boundaries, in rows
+// whose lengths leave a scalar tail.
+TEST(Fp16, RowConversionMatchesScalar) {
+  std::vector<float> src;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 61) src.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  for (uint32_t bits : {0x477FEFFFu, 0x477FF000u, 0x477FF001u, 0x33000000u, 0x33000001u, 0x38800000u, 0x387FFFFFu,
+                        0x7F800001u, 0xFF800001u, 0x7FC00000u, 0x7F800000u, 0x80000000u})
+    src.push_back(std::bit_cast<float>(bits));
+  src.push_back(0.0f);  // an odd total: the last call has a tail
+  std::vector<uint16_t> got(src.size());
+  for (size_t i = 0; i < src.size(); i += 1003) {
+    const size_t n = std::min<size_t>(1003, src.size() - i);
+    fp32_to_fp16_row(src.data() + i, got.data() + i, static_cast<int64_t>(n));
+  }
+  for (size_t i = 0; i < src.size(); ++i)
+    ASSERT_EQ(got[i], fp32_to_fp16(src[i])) << "f32 bits 0x" << std::hex << std::bit_cast<uint32_t>(src[i]);
+}
+
 TEST(Bf16, KnownValuesAndGolden) {
   EXPECT_EQ(bf16_to_fp32(0x3F80), 1.0f);
   EXPECT_EQ(bf16_to_fp32(0xC040), -3.0f);
