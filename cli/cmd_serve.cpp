@@ -22,6 +22,7 @@
 #include "engine/kv_budget.h"
 #include "errors/error.h"
 #include "server/http_server.h"
+#include "server/kv_event_publisher.h"
 
 namespace tq {
 namespace {
@@ -111,6 +112,7 @@ int run_serve(ServeFlags& f) {
   std::unique_ptr<Session> session;
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<EngineCore> core;
+  std::unique_ptr<KvEventPublisher> kv_events;  // outlives the engine that feeds it
   std::unique_ptr<AsyncEngine> engine;
   try {
     LoadedModel loaded = load_model_for_cli(f.model);
@@ -172,9 +174,19 @@ int run_serve(ServeFlags& f) {
     ec.scheduler.max_num_seqs = f.max_num_seqs;
     ec.max_model_len = session->max_model_len;
     ec.enable_prefix_caching = !f.no_prefix_caching;
+    AsyncEngine::KvEventListener on_kv_events;
+    if (!f.server.kv_events_endpoint.empty()) {
+      if (f.no_prefix_caching)
+        fail("--kv-events-endpoint reports the prefix cache's blocks: it needs prefix caching (drop --no-enable-prefix-caching)");
+      kv_events = std::make_unique<KvEventPublisher>(f.server.kv_events_endpoint, f.server.kv_events_topic);
+      ec.kv_events = true;
+      on_kv_events = [publisher = kv_events.get()](std::vector<KvCacheEvent> events) { publisher->publish(std::move(events)); };
+      std::fprintf(stderr, "tqserve: KV cache events on %s (topic '%s')\n", f.server.kv_events_endpoint.c_str(),
+                   f.server.kv_events_topic.c_str());
+    }
     core = std::make_unique<EngineCore>(*session->transformer, *cache, session->model.tokenizer.get(),
                                         session->model.stop_ids, ec);
-    engine = std::make_unique<AsyncEngine>(*core);
+    engine = std::make_unique<AsyncEngine>(*core, std::move(on_kv_events));
   } catch (...) {
     shutdown_threads();
     throw;
@@ -187,6 +199,7 @@ int run_serve(ServeFlags& f) {
   served.chat_prompt = ChatPrompt(session->model.chat_template);
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
+  served.path = session->model.path;
   server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe(), cache->shape().layer_modes());
   std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
 
@@ -219,6 +232,9 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--memory-utilization", f->memory_utilization, "KV cache budget as a fraction of available memory")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-enable-prefix-caching", f->no_prefix_caching, "do not share cached prompt prefixes");
+  cmd->add_option("--kv-events-endpoint", f->server.kv_events_endpoint,
+                  "publish KV cache events (vLLM's format) on a ZeroMQ PUB socket bound here, e.g. tcp://*:5557");
+  cmd->add_option("--kv-events-topic", f->server.kv_events_topic, "topic frame of every KV cache event message");
   cmd->add_option("--max-queued-requests", f->server.max_queued_requests,
                   "waiting requests beyond which new ones get 503")
       ->capture_default_str()

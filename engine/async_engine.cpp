@@ -10,7 +10,8 @@
 
 namespace tq {
 
-AsyncEngine::AsyncEngine(EngineCore& core) : core_(core), stats_(core.stats()), thread_([this] { loop(); }) {}
+AsyncEngine::AsyncEngine(EngineCore& core, KvEventListener on_kv_events)
+    : core_(core), on_kv_events_(std::move(on_kv_events)), stats_(core.stats()), thread_([this] { loop(); }) {}
 
 AsyncEngine::~AsyncEngine() { stop(); }
 
@@ -115,6 +116,10 @@ void AsyncEngine::loop() {
           end_request(id, FinishReason::error, std::string("engine error: ") + e.what());
         }
       }
+    }
+    if (on_kv_events_) {
+      std::vector<KvCacheEvent> events = core_.take_kv_events();
+      if (!events.empty()) on_kv_events_(std::move(events));
     }
     if (busy && !core_.has_work()) {
       // Idle now: with no request left every block must be free and the prefix cache sound.

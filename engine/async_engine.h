@@ -21,8 +21,11 @@ namespace tq {
 class AsyncEngine {
  public:
   using OutputCallback = std::function<void(const RequestOutput&)>;
+  // Gets the prefix cache's changes after each step that had any, on the engine thread, in order
+  // (EngineConfig::kv_events); must be quick.
+  using KvEventListener = std::function<void(std::vector<KvCacheEvent>)>;
 
-  explicit AsyncEngine(EngineCore& core);
+  explicit AsyncEngine(EngineCore& core, KvEventListener on_kv_events = {});
   ~AsyncEngine();  // stop()
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
@@ -51,6 +54,7 @@ class AsyncEngine {
   void loop();
 
   EngineCore& core_;
+  KvEventListener on_kv_events_;
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::vector<std::pair<std::unique_ptr<Request>, OutputCallback>> inbox_;

@@ -40,6 +40,7 @@ EngineCore::EngineCore(Transformer& model, KvCache& cache, const Tokenizer* toke
       pool_(cache, config.enable_prefix_caching && !cache.options().exact_chunk_rows),
       scheduler_(config.scheduler, pool_) {
   pool_.check_serving_windows();
+  pool_.record_events(config.kv_events);
   const int pool_tokens = cache.num_blocks() * cache.shape().block_size;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(model.config().max_position, pool_tokens);
   if (config_.max_model_len > pool_tokens)
@@ -187,6 +188,8 @@ EngineStats EngineCore::stats() const {
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
   s.num_blocks = pool_.num_blocks();
+  s.block_size = pool_.block_size();
+  s.prefix_caching = pool_.prefix_caching();
   s.blocks_in_use = pool_.num_blocks() - pool_.num_free();
   s.kv_usage = pool_.usage();
   s.prefix = pool_.stats();

@@ -20,6 +20,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int max_model_len = 0;  // prompt + output tokens of one request; at most the pool's tokens
   bool enable_prefix_caching = true;
+  bool kv_events = false;  // log the prefix cache's changes for take_kv_events()
 };
 
 // Counters since start (Prometheus counters and gauges, server/metrics.h).
@@ -28,6 +29,8 @@ struct EngineStats {
   int num_waiting = 0;
   int blocks_in_use = 0;
   int num_blocks = 0;
+  int block_size = 0;           // tokens per block
+  bool prefix_caching = false;  // whether the block pool caches prefixes
   double kv_usage = 0;  // blocks in use / all blocks
   PrefixCacheStats prefix;
   uint64_t prompt_tokens = 0;      // prompt tokens of finished and running requests, once each
@@ -58,6 +61,8 @@ class EngineCore {
   EngineStats stats() const;
   const EngineConfig& config() const { return config_; }
   const BlockPool& pool() const { return pool_; }
+  // The prefix cache's changes since the last call (EngineConfig::kv_events; else none).
+  std::vector<KvCacheEvent> take_kv_events() { return pool_.take_events(); }
   const KvCache& cache() const { return cache_; }
   // Throws tq::Error if block references, the free queue and the prefix cache disagree.
   void check_consistency() const;

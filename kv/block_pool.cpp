@@ -57,6 +57,10 @@ void BlockPool::evict_hash(int block) {
   if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
   b.has_hash = false;
   b.tokens.clear();
+  if (!record_events_) return;
+  if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::block_removed)
+    events_.emplace_back().kind = KvCacheEvent::Kind::block_removed;
+  events_.back().block_hashes.push_back(b.hash);
 }
 
 int BlockPool::sink_blocks() const { return (window_spec_.sink_tokens + block_size_ - 1) / block_size_; }
@@ -146,17 +150,31 @@ void BlockPool::cache_full_blocks(std::span<const TokenId> tokens, int num_compu
   if (!enable_caching_) return;
   const int full = std::min(num_computed / block_size_, static_cast<int>(table.blocks.size()));
   extend_hashes(tokens, full, hashes);
+  KvCacheEvent* stored = nullptr;  // the run of blocks this call registers, while consecutive
   for (int i = 0; i < full; ++i) {
     Block& b = blocks_[table.blocks[i]];
-    if (b.has_hash) continue;  // already cached (a shared prefix block, or registered last step)
     const uint64_t h = hashes.hashes[i];
-    if (by_hash_.count(h)) continue;  // the same content is cached in another block: keep that one
+    // Already cached (a shared prefix block, or registered last step), or the same content
+    // cached in another block (that one is kept).
+    if (b.has_hash || by_hash_.count(h)) {
+      stored = nullptr;
+      continue;
+    }
     b.has_hash = true;
     b.hash = h;
     b.parent_hash = i == 0 ? salt_ : hashes.hashes[i - 1];
     const auto block_tokens = tokens.subspan(size_t(i) * block_size_, block_size_);
     b.tokens.assign(block_tokens.begin(), block_tokens.end());
     by_hash_.emplace(h, table.blocks[i]);
+    if (!record_events_) continue;
+    if (!stored) {
+      stored = &events_.emplace_back();
+      stored->kind = KvCacheEvent::Kind::block_stored;
+      if (i > 0) stored->parent_hash = hashes.hashes[i - 1];
+      stored->block_size = block_size_;
+    }
+    stored->block_hashes.push_back(h);
+    stored->token_ids.insert(stored->token_ids.end(), block_tokens.begin(), block_tokens.end());
   }
 }
 

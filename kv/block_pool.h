@@ -25,9 +25,11 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "kv/kv_events.h"
 #include "tokens/token_id.h"
 
 namespace tq {
@@ -96,6 +98,11 @@ class BlockPool {
   // Forgets every cached block that no sequence holds (vLLM's reset_prefix_cache).
   void reset_prefix_cache();
 
+  // KV cache events: while on, every block the prefix cache gains or loses is logged (a run of
+  // blocks registered by one call as one BlockStored); take_events() hands the log over.
+  void record_events(bool on) { record_events_ = on; }
+  std::vector<KvCacheEvent> take_events() { return std::exchange(events_, {}); }
+
   // Consistency check for tests and soak runs: reference counts match `tables`, every free block
   // is in the queue once, every hash entry points at a block with that hash. Throws tq::Error.
   void check_consistency(std::span<const BlockTable* const> tables) const;
@@ -128,6 +135,8 @@ class BlockPool {
   std::list<int> free_queue_;  // front: next to hand out
   std::unordered_map<uint64_t, int> by_hash_;
   PrefixCacheStats stats_;
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;
   KvWindowStore* windows_ = nullptr;
   KvWindows window_spec_;
 };

@@ -23,6 +23,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config libpcre2-dev libutf8proc-dev nlohmann-json3-dev
           libcpp-httplib-dev libcli11-dev libopenblas-dev libxxhash-dev libfmt-dev libgtest-dev libgmock-dev libgd-dev libbenchmark-dev fortunes
+          cppzmq-dev libzmq3-dev libmsgpack-cxx-dev
           chromium chromium-driver curl
           python3 python3-pip)
 missing=()
@@ -43,6 +44,8 @@ python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('l
 python3 -c "import pytest" 2>/dev/null || pip_quiet pytest
 # gguf (llama.cpp's own GGUF writer): bench/make_model writes its files with it (tests/python/test_make_model.py).
 python3 -c "import gguf" 2>/dev/null || pip_quiet gguf==0.19.0
+# pyzmq and msgpack: tests/python/test_kv_events.py subscribes to the KV cache events with them.
+python3 -c "import zmq, msgpack" 2>/dev/null || pip_quiet pyzmq==27.3.0 msgpack==1.2.4
 # The official OpenAI client: the server tests talk to tqserve through it.
 python3 -c "import openai" 2>/dev/null || pip_quiet openai
 # lm-eval (API models only: no torch) in its own environment, for tests/python/test_lm_eval.py.

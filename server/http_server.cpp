@@ -46,6 +46,7 @@ const std::map<std::string, std::string> kRouteMethods = {
     {"/", "GET"},           {"/health", "GET"},        {"/metrics", "GET"},
     {"/v1/models", "GET"},  {"/tokenizer_info", "GET"}, {"/tokenize", "POST"},
     {"/detokenize", "POST"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/server_info", "GET"}, {"/get_server_info", "GET"}, {"/kv_event_sources", "GET"},
 };
 
 bool has_body(const httplib::Request& req) {
@@ -151,7 +152,8 @@ void HttpServer::install_routes() {
     };
     const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
                      req.path == "/tokenizer_info";
-    if (!ready_ && (api || req.path == "/metrics")) {
+    if (!ready_ && (api || req.path == "/metrics" || req.path == "/server_info" || req.path == "/get_server_info" ||
+                    req.path == "/kv_event_sources")) {
       res.set_header("Retry-After", "5");
       send_error(res, ApiError(503, "server_loading", "the model is still loading"));
       return handled();
@@ -231,6 +233,41 @@ void HttpServer::install_routes() {
               {"kv_cache_dtype", config_.kv_mode}, {"kv_cache", config_.kv_cache}};
     if (!config_.kv_layers.empty()) m["kv_cache_layers"] = config_.kv_layers;
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  // The serving configuration, as vLLM's /server_info gives its own (routers and operators read
+  // the cache layout from it).
+  s.Get("/server_info", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineStats e = engine_->stats();
+    json info = {{"model", model_.name},
+                 {"max_model_len", model_.max_model_len},
+                 {"kv_cache_dtype", config_.kv_mode},
+                 {"kv_cache", config_.kv_cache},
+                 {"block_size", e.block_size},
+                 {"num_gpu_blocks", e.num_blocks},
+                 {"enable_prefix_caching", e.prefix_caching},
+                 {"engine", "tqserve"}};
+    if (!config_.kv_layers.empty()) info["kv_cache_layers"] = config_.kv_layers;
+    res.set_content(dump_json(info), "application/json");
+  });
+
+  // What a KV-aware router asks a replica before it subscribes to its KV cache events
+  // (vllm-router's kv_index discovery): the block size and identity of the cache...
+  s.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineStats e = engine_->stats();
+    res.set_content(dump_json({{"model_id", model_.name},
+                               {"model_path", model_.path},
+                               {"kv_block_size", e.block_size}}),
+                    "application/json");
+  });
+  // ...and where they are published, per data-parallel rank (one here), as vLLM's KVEventsConfig.
+  s.Get("/kv_event_sources", [this](const httplib::Request&, httplib::Response& res) {
+    json sources = json::object();
+    if (!config_.kv_events_endpoint.empty())
+      sources["0"] = {{"enable_kv_cache_events", true}, {"publisher", "zmq"},       {"endpoint", config_.kv_events_endpoint},
+                      {"topic", config_.kv_events_topic}, {"encoding", "msgpack"}, {"schema_version", 1},
+                      {"hwm", 100000}};
+    res.set_content(dump_json(sources), "application/json");
   });
 
   // vLLM's tokenizer description (lm-eval's remote tokenizer reads it).

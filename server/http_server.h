@@ -33,6 +33,10 @@ struct ServerConfig {
   std::string kv_mode;  // reported in /v1/models and /metrics: "tq4", "f16", "k=tq4,v=q8_0"
   std::string kv_cache;  // reported in /v1/models: the whole layout (KvCacheShape::describe)
   std::vector<std::string> kv_layers;  // per-layer "k/v" dtypes (`auto`), reported in /v1/models; else empty
+  // KV cache events (server/kv_event_publisher.h): where they are published, reported in
+  // /kv_event_sources for routers that discover them; empty: none.
+  std::string kv_events_endpoint;
+  std::string kv_events_topic;
   RequestLimits limits;
 };
 

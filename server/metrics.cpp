@@ -26,6 +26,20 @@ void Histogram::render(const std::string& name, std::string& out) const {
 }
 
 namespace {
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 // vLLM's bucket bounds (seconds).
 const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
                                          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
@@ -62,7 +76,7 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
                                   const HttpGauges& http) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
-  const std::string labels = fmt::format("model_name=\"{}\"", model);
+  const std::string labels = fmt::format("model_name=\"{}\"", escape_label(model));
   const auto metric = [&](const char* name, const char* type, const char* help, const std::string& value) {
     out += fmt::format("# HELP tqserve:{} {}\n# TYPE tqserve:{} {}\ntqserve:{}{{{}}} {}\n", name, help, name, type, name,
                        labels, value);
@@ -74,7 +88,7 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   metric("kv_cache_blocks_total", "gauge", "KV cache blocks.", std::to_string(e.num_blocks));
   out += fmt::format("# HELP tqserve:kv_cache_info KV cache mode.\n# TYPE tqserve:kv_cache_info gauge\n"
                      "tqserve:kv_cache_info{{{},kv_cache_dtype=\"{}\"}} 1\n",
-                     labels, kv_mode);
+                     labels, escape_label(kv_mode));
   metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
          std::to_string(e.prefix.queries));
   metric("prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", std::to_string(e.prefix.hits));
@@ -99,11 +113,11 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
          "# TYPE tqserve:http_responses_total counter\n";
   for (const auto& [status, n] : http_)
     out += fmt::format("tqserve:http_responses_total{{{},status=\"{}\"}} {}\n", labels, status, n);
-  const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
-    out += fmt::format("# HELP tqserve:{} {}\n# TYPE tqserve:{} histogram\n", name, help, name);
+  // One histogram family, the model label added to every sample line.
+  const auto histogram = [&](const std::string& prefix, const char* name, const char* help, const Histogram& h) {
+    out += fmt::format("# HELP {}:{} {}\n# TYPE {}:{} histogram\n", prefix, name, help, prefix, name);
     std::string body;
-    h.render(fmt::format("tqserve:{}", name), body);
-    // Add the model label to every sample line.
+    h.render(fmt::format("{}:{}", prefix, name), body);
     size_t pos = 0;
     while (pos < body.size()) {
       const size_t end = body.find('\n', pos);
@@ -119,9 +133,40 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
       pos = end + 1;
     }
   };
-  histogram("time_to_first_token_seconds", "Time to first token.", ttft_);
-  histogram("inter_token_latency_seconds", "Time between consecutive output tokens.", itl_);
-  histogram("e2e_request_latency_seconds", "Arrival to finish.", e2e_);
+  histogram("tqserve", "time_to_first_token_seconds", "Time to first token.", ttft_);
+  histogram("tqserve", "inter_token_latency_seconds", "Time between consecutive output tokens.", itl_);
+  histogram("tqserve", "e2e_request_latency_seconds", "Arrival to finish.", e2e_);
+
+  // The same quantities under vLLM's names, which routers and dashboards built for vLLM scrape
+  // (vllm-router, llm-d's endpoint picker, the vLLM production stack's Grafana boards). The older
+  // gpu_* names are kept beside the current ones, as vLLM kept them for a while.
+  const auto vllm = [&](const char* name, const char* type, const char* help, const std::string& value) {
+    out += fmt::format("# HELP vllm:{} {}\n# TYPE vllm:{} {}\nvllm:{}{{{}}} {}\n", name, help, name, type, name, labels,
+                       value);
+  };
+  vllm("num_requests_running", "gauge", "Number of requests in model execution batches.", std::to_string(e.num_running));
+  vllm("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", std::to_string(e.num_waiting));
+  vllm("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", fmt::format("{}", e.kv_usage));
+  vllm("gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage (older name).",
+       fmt::format("{}", e.kv_usage));
+  vllm("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+       std::to_string(e.prefix.queries));
+  vllm("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+       std::to_string(e.prefix.hits));
+  vllm("gpu_prefix_cache_queries_total", "counter", "Prefix cache queries in tokens (older name).",
+       std::to_string(e.prefix.queries));
+  vllm("gpu_prefix_cache_hits_total", "counter", "Prefix cache hits in tokens (older name).", std::to_string(e.prefix.hits));
+  vllm("prompt_tokens_total", "counter", "Number of prefill tokens processed.", std::to_string(e.prompt_tokens));
+  vllm("generation_tokens_total", "counter", "Number of generation tokens processed.", std::to_string(e.generation_tokens));
+  vllm("num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", std::to_string(e.preemptions));
+  out += fmt::format("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                     "# TYPE vllm:cache_config_info gauge\n"
+                     "vllm:cache_config_info{{{},block_size=\"{}\",num_gpu_blocks=\"{}\",cache_dtype=\"{}\","
+                     "enable_prefix_caching=\"{}\"}} 1\n",
+                     labels, e.block_size, e.num_blocks, escape_label(kv_mode), e.prefix_caching ? "True" : "False");
+  histogram("vllm", "time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
+  histogram("vllm", "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_);
+  histogram("vllm", "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2e_);
   return out;
 }
 

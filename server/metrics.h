@@ -1,6 +1,8 @@
 // Prometheus metrics of the server (text exposition format 0.0.4), names prefixed "tqserve:" and
 // modelled on vLLM's: request gauges, KV cache usage, prefix cache and token counters from the
-// engine, and latency histograms recorded as outputs reach the HTTP layer.
+// engine, and latency histograms recorded as outputs reach the HTTP layer. The ones routers and
+// dashboards read are also given under vLLM's own names ("vllm:", with its model_name label), so
+// tools built for vLLM work on tqserve unchanged.
 #pragma once
 #include <cstdint>
 #include <map>

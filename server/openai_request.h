@@ -34,6 +34,7 @@ struct ServedModel {
   ChatPrompt chat_prompt;  // the model's chat template, parsed once
   int max_model_len = 0;
   int vocab_size = 0;
+  std::string path;  // the model file or folder, reported in /get_server_info
 };
 
 // Limits a request must respect (flags of `tqserve serve`).

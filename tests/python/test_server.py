@@ -210,6 +210,41 @@ def test_metrics_exposition(server):
     assert f'kv_cache_dtype="{server.mode}"' in text
 
 
+def test_vllm_metric_names_and_server_info(server):
+    """Routers built for vLLM read its metric names (with a model_name label), its cache config
+    and /server_info; requests carrying the fields routers add are served."""
+    prompt = "The history of the printing press " * 8  # several blocks: the second request hits
+    for _ in range(2):
+        status, body = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                                       "no_stop_trim": True, "skip_special_tokens": True})
+        assert status == 200, body
+    m = server.wait_idle(timeout=30)
+    for name in ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
+                 "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total", "num_preemptions_total",
+                 "time_to_first_token_seconds_count", "e2e_request_latency_seconds_sum"]:
+        assert m[f"vllm:{name}"] == m[f"tqserve:{name}"], name
+    assert m["vllm:gpu_cache_usage_perc"] == m["vllm:kv_cache_usage_perc"]
+    assert m["vllm:gpu_prefix_cache_hits_total"] == m["vllm:prefix_cache_hits_total"] > 0
+    status, text = server.get("/metrics")
+    model = json.loads(server.get("/v1/models")[1])["data"][0]["id"]
+    samples = [line for line in text.splitlines() if line.startswith("vllm:")]
+    assert samples and all(f'model_name="{model}"' in line for line in samples)
+    status, body = server.get("/server_info")
+    assert status == 200
+    info = json.loads(body)
+    assert info["model"] == model and info["kv_cache_dtype"] == server.mode
+    config = [line for line in samples if line.startswith("vllm:cache_config_info{")]
+    assert len(config) == 1 and config[0].endswith(" 1")
+    assert f'block_size="{info["block_size"]}"' in config[0]
+    assert f'num_gpu_blocks="{info["num_gpu_blocks"]}"' in config[0] and info["num_gpu_blocks"] > 0
+    assert info["enable_prefix_caching"] is True  # the server's default
+    assert 'enable_prefix_caching="True"' in config[0]
+    # vLLM's /tokenize, with the fields a router adds
+    status, body = server.post("/tokenize", {"model": model, "prompt": "Hello world", "add_special_tokens": False,
+                                             "no_stop_trim": True})
+    assert status == 200 and json.loads(body)["count"] == len(json.loads(body)["tokens"]) > 0
+
+
 def test_worker_threads_follow_the_load(server):
     """HTTP worker threads start as connections arrive and exit after 5 s idle (8 are kept)."""
     socks = []
