@@ -186,6 +186,9 @@ int run_serve(ServeFlags& f) {
     }
     core = std::make_unique<EngineCore>(*session->transformer, *cache, session->model.tokenizer.get(),
                                         session->model.stop_ids, ec);
+    if (kv_events && !core->pool().prefix_caching())  // e.g. --kv-chunk-rows exact turns it off
+      fail("--kv-events-endpoint reports the prefix cache's blocks, and this cache configuration has no prefix "
+           "caching");
     engine = std::make_unique<AsyncEngine>(*core, std::move(on_kv_events));
   } catch (...) {
     shutdown_threads();
@@ -233,7 +236,7 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-enable-prefix-caching", f->no_prefix_caching, "do not share cached prompt prefixes");
   cmd->add_option("--kv-events-endpoint", f->server.kv_events_endpoint,
-                  "publish KV cache events (vLLM's format) on a ZeroMQ PUB socket bound here, e.g. tcp://*:5557");
+                  "publish KV cache events (vLLM's format) on a ZeroMQ publisher socket bound here, e.g. tcp://*:5557");
   cmd->add_option("--kv-events-topic", f->server.kv_events_topic, "topic frame of every KV cache event message");
   cmd->add_option("--max-queued-requests", f->server.max_queued_requests,
                   "waiting requests beyond which new ones get 503")

@@ -20,7 +20,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int max_model_len = 0;  // prompt + output tokens of one request; at most the pool's tokens
   bool enable_prefix_caching = true;
-  bool kv_events = false;  // log the prefix cache's changes for take_kv_events()
+  bool kv_events = false;  // log the prefix cache's changes; the owner must drain take_kv_events()
 };
 
 // Counters since start (Prometheus counters and gauges, server/metrics.h).

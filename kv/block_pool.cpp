@@ -54,10 +54,11 @@ void BlockPool::evict_hash(int block) {
   Block& b = blocks_[block];
   if (!b.has_hash) return;
   auto it = by_hash_.find(b.hash);
-  if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
+  const bool indexed = it != by_hash_.end() && it->second == block;
+  if (indexed) by_hash_.erase(it);
   b.has_hash = false;
   b.tokens.clear();
-  if (!record_events_) return;
+  if (!record_events_ || !indexed) return;  // only what was announced is withdrawn
   if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::block_removed)
     events_.emplace_back().kind = KvCacheEvent::Kind::block_removed;
   events_.back().block_hashes.push_back(b.hash);

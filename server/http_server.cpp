@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "engine/chat_prompt.h"
@@ -256,7 +257,7 @@ void HttpServer::install_routes() {
   s.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
     const EngineStats e = engine_->stats();
     res.set_content(dump_json({{"model_id", model_.name},
-                               {"model_path", model_.path},
+                               {"model_path", std::filesystem::path(model_.path).filename().string()},
                                {"kv_block_size", e.block_size}}),
                     "application/json");
   });

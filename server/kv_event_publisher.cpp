@@ -78,7 +78,7 @@ KvEventPublisher::KvEventPublisher(const std::string& endpoint, std::string topi
     socket_->pub.set(zmq::sockopt::xpub_verbose, 1);  // every subscription, not only a topic's first
     socket_->pub.bind(endpoint);
   } catch (const zmq::error_t& e) {
-    fail("--kv-events-endpoint '{}': cannot bind a ZeroMQ PUB socket there: {}", endpoint, e.what());
+    fail("--kv-events-endpoint '{}': cannot bind a ZeroMQ publisher socket there: {}", endpoint, e.what());
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -107,13 +107,9 @@ void KvEventPublisher::send(const std::vector<KvCacheEvent>& batch) {
   for (int i = 0; i < 8; ++i) seq[i] = static_cast<unsigned char>(sequence_ >> (56 - 8 * i));
   ++sequence_;
   // A PUB socket never blocks: past the high-water mark a subscriber's messages are dropped.
-  try {
-    socket_->pub.send(zmq::buffer(topic_), zmq::send_flags::sndmore);
-    socket_->pub.send(zmq::buffer(seq, sizeof seq), zmq::send_flags::sndmore);
-    socket_->pub.send(zmq::buffer(payload), zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    std::fprintf(stderr, "tqserve: KV event publisher: %s\n", e.what());
-  }
+  socket_->pub.send(zmq::buffer(topic_), zmq::send_flags::sndmore);
+  socket_->pub.send(zmq::buffer(seq, sizeof seq), zmq::send_flags::sndmore);
+  socket_->pub.send(zmq::buffer(payload), zmq::send_flags::none);
 }
 
 void KvEventPublisher::run() {
@@ -122,26 +118,34 @@ void KvEventPublisher::run() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // The timeout lets new subscriptions be seen while no event comes.
-      wake_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopping_ || !queue_.empty(); });
+      const auto ready = [&] { return stopping_ || !queue_.empty(); };
+      if (stored_any_) {
+        wake_.wait(lock, ready);
+      } else {  // new subscriptions matter until the first store: look for them every 20 ms
+        wake_.wait_for(lock, std::chrono::milliseconds(20), ready);
+      }
       batches.swap(queue_);
       stopping = stopping_;
     }
-    // A subscriber joined (XPUB passes its subscription up as a message starting with byte 1):
-    // while nothing has been stored since start, tell it the cache is empty, so that a router
-    // that knew this replica before a restart drops its old blocks.
-    zmq::message_t message;
-    while (socket_->pub.recv(message, zmq::recv_flags::dontwait)) {
-      const bool subscribe = message.size() > 0 && static_cast<const unsigned char*>(message.data())[0] == 1;
-      if (subscribe && !stored_any_) {
-        KvCacheEvent cleared;
-        cleared.kind = KvCacheEvent::Kind::all_blocks_cleared;
-        send({cleared});
+    try {
+      // A subscriber joined (XPUB passes its subscription up as a message starting with byte 1):
+      // while nothing has been stored since start, tell the subscribers that the cache is empty,
+      // so that a router that knew this replica before a restart drops its old blocks.
+      zmq::message_t message;
+      while (!stored_any_ && socket_->pub.recv(message, zmq::recv_flags::dontwait)) {
+        const bool subscribe = message.size() > 0 && static_cast<const unsigned char*>(message.data())[0] == 1;
+        if (subscribe) {
+          KvCacheEvent cleared;
+          cleared.kind = KvCacheEvent::Kind::all_blocks_cleared;
+          send({cleared});
+        }
       }
-    }
-    for (const std::vector<KvCacheEvent>& batch : batches) {
-      for (const KvCacheEvent& e : batch) stored_any_ = stored_any_ || e.kind == KvCacheEvent::Kind::block_stored;
-      send(batch);
+      for (const std::vector<KvCacheEvent>& batch : batches) {
+        for (const KvCacheEvent& e : batch) stored_any_ = stored_any_ || e.kind == KvCacheEvent::Kind::block_stored;
+        send(batch);
+      }
+    } catch (const std::exception& e) {  // a lost batch, not a lost server
+      std::fprintf(stderr, "tqserve: KV event publisher: %s\n", e.what());
     }
     if (stopping) return;
   }

@@ -1,4 +1,5 @@
-// Publishes the engine's KV cache events (kv/kv_events.h) on a ZeroMQ PUB socket in vLLM's wire
+// Publishes the engine's KV cache events (kv/kv_events.h) on a ZeroMQ publisher socket (XPUB: a PUB
+// socket that also sees subscriptions) in vLLM's wire
 // format, for KV-aware routers (vllm-router's kv_aware policy, llm-d's indexer). Each message has
 // three frames: the topic, a sequence number (8 bytes, big-endian, +1 per message from 0) and a
 // MessagePack EventBatch, [timestamp (seconds since the epoch, float), [event, ...], nil (the
@@ -11,9 +12,12 @@
 // "GPU" is the name vLLM gives its engine's own cache (a router ranks it above offloaded "CPU"
 // copies); tqserve's own cache is that tier, wherever it lives.
 //
-// Until the first block is stored, every subscriber that joins is sent AllBlocksCleared (the
-// socket is an XPUB, which sees subscriptions), so that a router that knew this replica before a
-// restart drops what it knew. The engine thread only queues; a thread of the publisher sends.
+// Until the first block is stored, each subscription that arrives makes the publisher send
+// AllBlocksCleared (to every subscriber: all of them are told the truth, an empty cache), so that a
+// router that knew this replica before a restart drops what it knew. The engine thread only
+// queues; a thread of the publisher sends. A subscriber that joins late misses what was sent
+// before (there is no replay socket): a router learns a replica's older blocks only as they are
+// stored again.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -30,8 +34,8 @@ namespace tq {
 
 class KvEventPublisher {
  public:
-  // Binds a PUB socket to endpoint (e.g. "tcp://*:5557"). Throws tq::Error naming the endpoint
-  // when it cannot (malformed, port taken).
+  // Binds the socket to endpoint (e.g. "tcp://*:5557"; a router resolves the wildcard to the
+  // replica's host). Throws tq::Error naming the endpoint when it cannot (malformed, port taken).
   KvEventPublisher(const std::string& endpoint, std::string topic);
   ~KvEventPublisher();  // sends what is queued (for at most a second), then closes
   KvEventPublisher(const KvEventPublisher&) = delete;
