@@ -176,8 +176,6 @@ int run_serve(ServeFlags& f) {
     ec.enable_prefix_caching = !f.no_prefix_caching;
     AsyncEngine::KvEventListener on_kv_events;
     if (!f.server.kv_events_endpoint.empty()) {
-      if (f.no_prefix_caching)
-        fail("--kv-events-endpoint reports the prefix cache's blocks: it needs prefix caching (drop --no-enable-prefix-caching)");
       kv_events = std::make_unique<KvEventPublisher>(f.server.kv_events_endpoint, f.server.kv_events_topic);
       ec.kv_events = true;
       on_kv_events = [publisher = kv_events.get()](std::vector<KvCacheEvent> events) { publisher->publish(std::move(events)); };
@@ -186,9 +184,9 @@ int run_serve(ServeFlags& f) {
     }
     core = std::make_unique<EngineCore>(*session->transformer, *cache, session->model.tokenizer.get(),
                                         session->model.stop_ids, ec);
-    if (kv_events && !core->pool().prefix_caching())  // e.g. --kv-chunk-rows exact turns it off
-      fail("--kv-events-endpoint reports the prefix cache's blocks, and this cache configuration has no prefix "
-           "caching");
+    if (kv_events && !core->pool().prefix_caching())
+      fail("--kv-events-endpoint reports the prefix cache's blocks: it needs prefix caching, which "
+           "--no-enable-prefix-caching and --kv-chunk-rows exact turn off");
     engine = std::make_unique<AsyncEngine>(*core, std::move(on_kv_events));
   } catch (...) {
     shutdown_threads();
