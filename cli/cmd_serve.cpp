@@ -201,6 +201,9 @@ int run_serve(ServeFlags& f) {
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
   served.path = session->model.path;
+  if (session->model.tokenizer)
+    served.structured_output = std::make_shared<StructuredOutputCompiler>(
+        *session->model.tokenizer, session->model.config.vocab_size, session->model.stop_ids);
   server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe(), cache->shape().layer_modes());
   std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
 

@@ -65,6 +65,7 @@ void EngineCore::add_request(std::unique_ptr<Request> r) {
     r->decoder.emplace(*tokenizer_, /*skip_special=*/true, /*continues_text=*/after_text);
     r->stops.emplace(r->params.stop);
   }
+  if (r->params.constraint) r->constraint.emplace(r->params.constraint);
   counters_.prompt_tokens += r->num_prompt_tokens;
   Request* raw = r.get();
   requests_.emplace(r->id, std::move(r));
@@ -95,7 +96,18 @@ void EngineCore::sample_next(Request& r, const float* logits, RequestOutput& out
   const int vocab = model_.config().vocab_size;
   SampleResult extra;
   const bool want = r.params.logprobs >= 0;
+  if (r.constraint) {
+    // Only tokens that keep the output a prefix of a valid answer may be drawn.
+    constrained_logits_.assign(logits, logits + vocab);
+    r.constraint->mask(constrained_logits_);
+    logits = constrained_logits_.data();
+  }
   const TokenId id = r.sampler.sample(std::span(logits, size_t(vocab)), r.prompt(), r.output(), want ? &extra : nullptr);
+  if (r.constraint && !r.constraint->accept(id)) {
+    out.error = "the structured-output constraint allows no next token";
+    finish(r, FinishReason::error, true, out);
+    return;
+  }
   r.tokens.push_back(id);
   ++counters_.generation_tokens;
   const auto now = RequestTiming::Clock::now();
@@ -115,6 +127,10 @@ void EngineCore::sample_next(Request& r, const float* logits, RequestOutput& out
       finish(r, FinishReason::stop, false, out);
       return;
     }
+  }
+  if (r.constraint && r.constraint->terminated()) {
+    finish(r, FinishReason::stop, true, out);  // the answer is complete (ignore_eos cannot extend it)
+    return;
   }
   if (r.num_output_tokens() >= r.params.max_tokens || r.num_tokens() >= config_.max_model_len)
     finish(r, FinishReason::length, true, out);

@@ -82,6 +82,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<float> logits_;
+  std::vector<float> constrained_logits_;  // [vocab] a constrained request's masked logits
   EngineStats counters_;
 };
 

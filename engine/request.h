@@ -15,6 +15,7 @@
 
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "engine/structured_output.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -75,6 +76,8 @@ struct Request {
   // Text assembly (the engine's tokenizer; absent without one).
   std::optional<StreamDecoder> decoder;
   std::optional<StopMatcher> stops;
+  // Structured output: where the output stands in params.constraint (set when there is one).
+  std::optional<OutputConstraint> constraint;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

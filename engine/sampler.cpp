@@ -69,6 +69,8 @@ void SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     fail("sampling parameter frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   }
+  for (const auto& [id, bias] : logit_bias)
+    if (!(bias >= -100.0f && bias <= 100.0f)) fail("logit_bias for token {} must be in [-100, 100], got {}", id, bias);
   if (max_tokens < 1) {
     fail("sampling parameter max_tokens must be at least 1, got {}", max_tokens);
   }
@@ -168,6 +170,12 @@ std::span<float> Sampler::processed_logits(std::span<const float> logits,
                                            std::span<const int32_t> prompt_ids,
                                            std::span<const int32_t> output_ids) {
   processed_logits_.assign(logits.begin(), logits.end());
+  // OpenAI's logit_bias, before the penalties as vLLM applies its logits processors.
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || size_t(id) >= processed_logits_.size())
+      fail("logit_bias token id {} is outside the vocabulary of {} tokens", id, processed_logits_.size());
+    processed_logits_[size_t(id)] += bias;
+  }
   apply_penalties(processed_logits_, prompt_ids, output_ids, params_, penalty_scratch_);
   return processed_logits_;
 }
@@ -322,9 +330,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (logits.empty()) fail("sampler: logits are empty (vocabulary size 0)");
   int32_t chosen = -1;
   if (params_.is_greedy()) {
-    const bool penalized = params_.repetition_penalty != 1.0f ||
-                           params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
-    // Without penalties the argmax reads the caller's logits directly: no copy, no sort.
+    const bool penalized = params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+                           params_.presence_penalty != 0.0f || !params_.logit_bias.empty();
+    // Without penalties or biases the argmax reads the caller's logits directly: no copy, no sort.
     chosen = penalized ? argmax(processed_logits(logits, prompt_ids, output_ids)) : argmax(logits);
   } else {
     build_candidates(processed_logits(logits, prompt_ids, output_ids));

@@ -3,6 +3,7 @@
 // raw model distribution. Semantics follow vLLM (v1 engine) so results are comparable.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -11,6 +12,8 @@
 #include <vector>
 
 namespace tq {
+
+class CompiledConstraint;  // engine/structured_output.h
 
 // Per-request decoding parameters (OpenAI / vLLM names and ranges).
 struct SamplingParams {
@@ -27,6 +30,12 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1 none, 0 chosen token only, k in [1, 20] also the top-k alternatives
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the logits before the penalties.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured output: the tokens must follow this compiled constraint (null: free text). The
+  // engine masks the logits before sampling, so logprobs are those of the masked distribution,
+  // as in vLLM.
+  std::shared_ptr<const CompiledConstraint> constraint;
 
   static constexpr int kMaxLogprobs = 20;             // vLLM's default max_logprobs
   static constexpr float kGreedyTemperature = 1e-5f;  // vLLM's _SAMPLING_EPS
@@ -71,7 +80,7 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_id
 // Samples tokens for one request. Not thread-safe: one Sampler per request (it owns the RNG
 // stream).
 //
-// Pipeline (vLLM v1 order): penalties -> greedy argmax if temperature < 1e-5 (ties -> lowest id;
+// Pipeline (vLLM v1 order): logit_bias -> penalties -> greedy argmax if temperature < 1e-5 (ties -> lowest id;
 // top-k/top-p/min-p are irrelevant there) -> logits / temperature -> min-p -> top-k -> top-p ->
 // draw from the renormalised remainder. min-p runs before top-k/top-p as in vLLM v1, where it is
 // an argmax-invariant logits processor applied before the top-k/top-p sampler; the order matters

@@ -259,9 +259,24 @@ def template_seeds():
     yield "real_template_plain_list", b"\x03" + json.dumps([{"role": "user", "content": "hi"}]).encode()
 
 
+def structured_output_seeds():
+    # byte 0: 0 JSON schema, 1 regex, 2 EBNF grammar, 3 choices (one per line), 4 any JSON object
+    yield "schema_object", b"\x00" + json.dumps({"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": 0}, "b": {"enum": ["x", "y"]}, "c": {"type": "string", "maxLength": 5}},
+        "required": ["a"], "additionalProperties": False}).encode()
+    yield "schema_array", b"\x00" + json.dumps({"type": "array", "items": {"type": "number"}, "maxItems": 3}).encode()
+    yield "schema_recursive", b"\x00" + json.dumps({"$defs": {"n": {"type": "object", "properties": {
+        "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}}}, "$ref": "#/$defs/n"}).encode()
+    yield "regex", b"\x01[a-z]{2,5}-[0-9]+(\\.[0-9]+)?"
+    yield "grammar", b'\x02root ::= item (", " item)*\nitem ::= "red" | "green" | [0-9]+'
+    yield "choice", b"\x03yes\nno\nmaybe"
+    yield "json_object", b"\x04"
+
+
 def main():
     groups = {"gguf": gguf_seeds, "safetensors": safetensors_seeds, "request": request_seeds,
-              "tokenizer": tokenizer_seeds, "chat_template": template_seeds}
+              "tokenizer": tokenizer_seeds, "chat_template": template_seeds,
+              "structured_output": structured_output_seeds}
     for target, make in groups.items():
         d = ROOT / target
         d.mkdir(parents=True, exist_ok=True)

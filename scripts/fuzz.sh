@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET=${1:-60}
 [ $# -gt 0 ] && shift
-ALL_TARGETS=(gguf safetensors request tokenizer chat_template)
+ALL_TARGETS=(gguf safetensors request tokenizer chat_template structured_output)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 for t in "${TARGETS[@]}"; do

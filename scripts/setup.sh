@@ -48,6 +48,8 @@ python3 -c "import gguf" 2>/dev/null || pip_quiet gguf==0.19.0
 python3 -c "import zmq, msgpack" 2>/dev/null || pip_quiet pyzmq==27.3.0 msgpack==1.2.4
 # The official OpenAI client: the server tests talk to tqserve through it.
 python3 -c "import openai" 2>/dev/null || pip_quiet openai
+# jsonschema judges the structured outputs in tests/python/test_structured_output.py.
+python3 -c "import jsonschema" 2>/dev/null || pip_quiet jsonschema==4.26.0
 # lm-eval (API models only: no torch) in its own environment, for tests/python/test_lm_eval.py.
 if [ ! -x build/lm-eval-venv/bin/lm_eval ]; then
   step "lm-eval in build/lm-eval-venv" lm-eval bash -c 'python3 -m venv build/lm-eval-venv && build/lm-eval-venv/bin/pip install --disable-pip-version-check "lm-eval[api]==0.4.13"' \
@@ -82,5 +84,23 @@ fi
 # Headless Chromium drives the chat page in tests/python/test_chat_page.py.
 python3 -c "import selenium" 2>/dev/null || pip_quiet selenium
 
+# xgrammar's C++ core (structured output), from its pinned PyPI sdist, checked against its hash,
+# unpacked into deps/ (CMakeLists.txt builds the static library from it) and patched:
+# scripts/xgrammar-0.2.9-escapes.patch makes its EBNF reader take the \xHH escapes its own printer
+# writes (it read any number of hex digits, so "é" followed by "a" became U+E9A and a long run
+# overflowed an int; found by fuzz/fuzz_structured_output.cpp).
+XGRAMMAR_SDIST=https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-0.2.9.tar.gz
+XGRAMMAR_SHA256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
+fetch_xgrammar() {
+  mkdir -p deps && rm -rf deps/xgrammar-0.2.9
+  [ -f deps/xgrammar-0.2.9.tar.gz ] || curl -fsSL -o deps/xgrammar-0.2.9.tar.gz "$XGRAMMAR_SDIST"
+  echo "$XGRAMMAR_SHA256  deps/xgrammar-0.2.9.tar.gz" | sha256sum -c - || { rm -f deps/xgrammar-0.2.9.tar.gz; return 1; }
+  tar -xzf deps/xgrammar-0.2.9.tar.gz -C deps
+  patch -d deps/xgrammar-0.2.9 -p1 < scripts/xgrammar-0.2.9-escapes.patch
+  cp scripts/xgrammar-0.2.9-escapes.patch deps/xgrammar-0.2.9/.tq-applied.patch
+}
+if ! cmp -s scripts/xgrammar-0.2.9-escapes.patch deps/xgrammar-0.2.9/.tq-applied.patch; then
+  step "xgrammar 0.2.9 sources into deps/ (patched)" xgrammar fetch_xgrammar
+fi
 step "cmake configure" cmake-configure cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 step "build (build/)" build cmake --build build -j "$(nproc)"

@@ -312,7 +312,7 @@ void HttpServer::install_routes() {
       const json body = parse_body(req);
       std::vector<TokenId> ids;
       if (body.contains("messages")) {
-        ApiRequest r = parse_chat_request(body, model_, config_.limits);
+        ApiRequest r = parse_chat_request(body, model_, config_.limits, req.body);
         ids = r.prompts[0];
       } else {
         if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad_request("'prompt' must be a string", "prompt");
@@ -348,7 +348,8 @@ void HttpServer::install_routes() {
     ApiRequest api;
     try {
       const json body = parse_body(req);
-      api = chat ? parse_chat_request(body, model_, config_.limits) : parse_completion_request(body, model_, config_.limits);
+      api = chat ? parse_chat_request(body, model_, config_.limits, req.body)
+                 : parse_completion_request(body, model_, config_.limits, req.body);
       const int waiting = engine_->num_unfinished() - config_.max_num_seqs;
       if (waiting >= config_.max_queued_requests) {
         res.set_header("Retry-After", "1");

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iterator>
 
 #include "engine/chat_prompt.h"
 #include "errors/error.h"
 #include "model/token_ids.h"
+#include "server/output_constraint_request.h"
+#include "server/tool_calls.h"
 
 namespace tq {
 
@@ -72,8 +75,8 @@ void check_token_ids(const std::vector<TokenId>& ids, const ServedModel& m, cons
 }
 
 // OpenAI fields tqserve does not implement: refused by name rather than silently ignored
-// (a client asking for tools or a JSON schema must not get free text back as if it had worked).
-// Neutral values (empty lists, "none"/"auto" without tools, response_format text) pass.
+// (a client asking for functions must not get free text back as if it had worked).
+// Neutral values (empty lists, "none"/"auto") pass.
 void reject_unsupported(const json& body, bool chat, int n) {
   const auto unsupported = [](const char* key, const std::string& why) {
     return bad_request(fmt::format("'{}' is not supported by this server{}", key, why), key);
@@ -86,23 +89,9 @@ void reject_unsupported(const json& body, bool chat, int n) {
   const auto choice_is_neutral = [&](const char* key) {
     return !present(body, key) || (body[key].is_string() && (body[key] == "none" || body[key] == "auto"));
   };
-  if (non_empty("logit_bias")) throw unsupported("logit_bias", "");
   if (chat) {
-    if (non_empty("tools")) throw unsupported("tools", " (no tool calling)");
-    if (!choice_is_neutral("tool_choice")) throw unsupported("tool_choice", " (no tool calling)");
-    if (non_empty("functions")) throw unsupported("functions", " (no function calling)");
-    if (!choice_is_neutral("function_call")) throw unsupported("function_call", " (no function calling)");
-    if (present(body, "response_format")) {
-      const json& rf = body["response_format"];
-      if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-        throw bad_request("'response_format' must be an object with a string 'type'", "response_format");
-      const std::string type = rf["type"].get<std::string>();
-      if (type != "text")
-        throw bad_request(fmt::format("response_format type '{}' is not supported by this server (no guided decoding); "
-                                      "only 'text'",
-                                      type),
-                          "response_format");
-    }
+    if (non_empty("functions")) throw unsupported("functions", " (the deprecated form: send 'tools')");
+    if (!choice_is_neutral("function_call")) throw unsupported("function_call", " (the deprecated form: send 'tool_choice')");
   } else {
     if (present(body, "suffix") && !(body["suffix"].is_string() && body["suffix"].get<std::string>().empty()))
       throw unsupported("suffix", "");
@@ -115,7 +104,8 @@ void reject_unsupported(const json& body, bool chat, int n) {
 }
 
 // Fields both endpoints share. max_tokens is resolved later, per prompt.
-void parse_common(const json& body, const ServedModel& m, const RequestLimits& limits, ApiRequest& r) {
+void parse_common(const json& body, std::string_view raw_body, const ServedModel& m, const RequestLimits& limits,
+                  ApiRequest& r) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_model(body, m);
   SamplingParams& p = r.params;
@@ -166,6 +156,31 @@ void parse_common(const json& body, const ServedModel& m, const RequestLimits& l
   r.n = int(int_field(body, "n", 1, 1, limits.max_n));
   r.stream = bool_field(body, "stream", false);
   reject_unsupported(body, r.chat, r.n);
+  if (present(body, "logit_bias")) {
+    const json& lb = body["logit_bias"];
+    if (!lb.is_object()) throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    for (const auto& [key, value] : lb.items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != 0 || id < 0 || id >= m.vocab_size)
+        throw bad_request(fmt::format("'logit_bias' key '{}' is not a token id of this model (0..{})", key, m.vocab_size - 1),
+                          "logit_bias");
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+        throw bad_request(fmt::format("'logit_bias' value for token {} must be a number in [-100, 100], got {}", key,
+                                      value.dump()),
+                          "logit_bias");
+      p.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
+    }
+  }
+  if (auto spec = parse_output_constraint(body, raw_body)) {
+    if (!m.structured_output)
+      throw bad_request("structured output needs the model's tokenizer, which this server was started without", spec->field);
+    try {
+      p.constraint = m.structured_output->compile(*spec);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), spec->field);
+    }
+  }
   if (present(body, "stream_options")) {
     const json& so = body["stream_options"];
     if (!so.is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
@@ -224,9 +239,10 @@ std::vector<TokenId> ids_from_json(const json& a, const ServedModel& m) {
 
 }  // namespace
 
-ApiRequest parse_completion_request(const json& body, const ServedModel& m, const RequestLimits& limits) {
+ApiRequest parse_completion_request(const json& body, const ServedModel& m, const RequestLimits& limits,
+                                    std::string_view raw_body) {
   ApiRequest r;
-  parse_common(body, m, limits, r);
+  parse_common(body, raw_body, m, limits, r);
   r.echo = bool_field(body, "echo", false);
   if (present(body, "logprobs")) r.logprobs = int(int_field(body, "logprobs", 0, 0, limits.max_logprobs));
   if (!present(body, "prompt")) throw bad_request("'prompt' is required", "prompt");
@@ -258,10 +274,11 @@ ApiRequest parse_completion_request(const json& body, const ServedModel& m, cons
   return r;
 }
 
-ApiRequest parse_chat_request(const json& body, const ServedModel& m, const RequestLimits& limits) {
+ApiRequest parse_chat_request(const json& body, const ServedModel& m, const RequestLimits& limits,
+                              std::string_view raw_body) {
   ApiRequest r;
   r.chat = true;
-  parse_common(body, m, limits, r);
+  parse_common(body, raw_body, m, limits, r);
   if (bool_field(body, "logprobs", false)) r.logprobs = int(int_field(body, "top_logprobs", 0, 0, limits.max_logprobs));
   else if (present(body, "top_logprobs")) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   if (!present(body, "messages")) throw bad_request("'messages' is required", "messages");
@@ -313,6 +330,42 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
     if (!body["chat_template_kwargs"].is_object())
       throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     extra = body["chat_template_kwargs"];
+  }
+  const ToolsRequest tools = parse_tools(body);
+  if (tools.active()) {
+    r.tool_calls = true;
+    if (m.chat_prompt.source().find("tools") != std::string::npos) {
+      extra["tools"] = tools.tools;  // the template renders them, and earlier turns' tool_calls
+    } else {
+      // The template knows nothing of tools: describe them in the system message and write earlier
+      // calls as the model would have.
+      for (json& msg : normalized)
+        if (msg["role"] == "assistant" && msg.contains("tool_calls")) {
+          const std::string calls = tool_calls_as_text(msg["tool_calls"]);
+          std::string text = msg["content"].is_string() ? msg["content"].get<std::string>() : "";
+          msg["content"] = text.empty() ? calls : text + "\n" + calls;
+          msg.erase("tool_calls");
+        }
+      const std::string prompt = tools_system_prompt(tools.tools);
+      if (normalized[0]["role"] == "system" && normalized[0]["content"].is_string())
+        normalized[0]["content"] = normalized[0]["content"].get<std::string>() + "\n\n" + prompt;
+      else
+        normalized.insert(normalized.begin(), json{{"role", "system"}, {"content", prompt}});
+    }
+    if (tools.choice == ToolsRequest::Choice::required || tools.choice == ToolsRequest::Choice::named) {
+      if (r.params.constraint)
+        throw bad_request("'tool_choice' asks for a tool call and another field constrains the output: give one",
+                          "tool_choice");
+      const OutputConstraintSpec spec = tool_call_constraint(tools);
+      if (!m.structured_output)
+        throw bad_request("a required tool call needs the model's tokenizer, which this server was started without",
+                          "tool_choice");
+      try {
+        r.params.constraint = m.structured_output->compile(spec);
+      } catch (const Error& e) {
+        throw bad_request(e.what(), "tools");
+      }
+    }
   }
   try {
     r.prompts.push_back(m.chat_prompt.ids(*m.tokenizer, normalized, true, extra));

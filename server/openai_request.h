@@ -3,12 +3,15 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/chat_prompt.h"
 #include "engine/sampler.h"
+#include "engine/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tq {
@@ -35,6 +38,8 @@ struct ServedModel {
   int max_model_len = 0;
   int vocab_size = 0;
   std::string path;  // the model file or folder, reported in /get_server_info
+  // Compiles response_format / guided_* / grammar constraints (null without a tokenizer).
+  std::shared_ptr<const StructuredOutputCompiler> structured_output;
 };
 
 // Limits a request must respect (flags of `tqserve serve`).
@@ -58,10 +63,14 @@ struct ApiRequest {
   bool echo = false;        // completions: prompt text (and logprobs) before the completion
   bool max_tokens_zero = false;  // echo with max_tokens 0: the prompt only
   int logprobs = -1;        // -1 none; completions: top alternatives (0..20); chat: top_logprobs
+  bool tool_calls = false;  // chat with tools: the answer's tool calls go to message.tool_calls
 };
 
-// Throw ApiError. `body` is the parsed JSON (an object is required).
-ApiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits);
-ApiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits);
+// Throw ApiError. `body` is the parsed JSON (an object is required); raw_body, when given, the
+// body as sent (a JSON schema in it keeps its key order).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits,
+                                    std::string_view raw_body = {});
+ApiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& model, const RequestLimits& limits,
+                              std::string_view raw_body = {});
 
 }  // namespace tq

@@ -1,6 +1,10 @@
 #include "server/openai_response.h"
 
+#include <fmt/format.h>
+
 #include <functional>
+
+#include "server/tool_calls.h"
 
 namespace tq {
 
@@ -116,6 +120,63 @@ json ResponseBuilder::chunk(int index, const json& choice_fields) const {
           {"choices", json::array({choice})}};
 }
 
+json ResponseBuilder::tool_call_list(int index, const std::vector<json>& calls, bool with_index) const {
+  // Ids are the same in a stream and a whole response: the response id, the choice, the call.
+  const std::string base = id_.substr(id_.find('-') + 1);
+  json list = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json call = {{"id", fmt::format("call_{}_{}_{}", base, index, k)},
+                 {"type", "function"},
+                 {"function", {{"name", calls[k]["name"]}, {"arguments", calls[k]["arguments"]}}}};
+    if (with_index) call["index"] = k;
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
+namespace {
+bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+}  // namespace
+
+// Content goes out as it comes, up to where a tool call may begin (and without the whitespace
+// around it, which the whole response trims); the calls go out when the answer is finished, each
+// in one delta, so that the stream reassembles to exactly the whole response.
+std::vector<std::string> ResponseBuilder::stream_tool_chunks(int index, const RequestOutput& out, const json& finish) {
+  Choice& c = choices_[index];
+  std::vector<std::string> events;
+  size_t lead = 0;
+  while (lead < c.text.size() && is_space(c.text[lead])) ++lead;
+  size_t end = tool_call_safe_prefix(c.text);
+  while (end > lead && is_space(c.text[end - 1])) --end;
+  std::string release;
+  if (end > lead + c.content_sent) {
+    release = c.text.substr(lead + c.content_sent, end - lead - c.content_sent);
+    c.content_sent = end - lead;
+  }
+  std::vector<json> calls;
+  if (!finish.is_null()) {
+    const ParsedToolCalls parsed = parse_tool_calls(c.text);
+    calls = parsed.calls;
+    const std::string sent = c.text.substr(lead, c.content_sent);
+    if (parsed.content.size() > sent.size() && parsed.content.compare(0, sent.size(), sent) == 0)
+      release += parsed.content.substr(sent.size());
+  }
+  const bool lp_wanted = request_.logprobs >= 0 && !out.new_ids.empty();
+  if (!release.empty() || lp_wanted) {
+    const json lp = lp_wanted ? chat_logprobs(out.new_ids, out.new_logprobs) : json(nullptr);
+    events.push_back(dump_json(chunk(index, {{"delta", {{"content", release}}}, {"logprobs", lp}, {"finish_reason", nullptr}})));
+  }
+  const json list = tool_call_list(index, calls, true);
+  for (const json& call : list)
+    events.push_back(dump_json(chunk(index, {{"delta", {{"tool_calls", json::array({call})}}},
+                                             {"logprobs", nullptr}, {"finish_reason", nullptr}})));
+  if (!finish.is_null()) {
+    const json reason = !calls.empty() && c.finish == FinishReason::stop ? json("tool_calls") : finish;
+    events.push_back(dump_json(chunk(index, {{"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}})));
+  }
+  return events;
+}
+
 std::vector<std::string> ResponseBuilder::stream_chunks(int index, const RequestOutput& out) {
   Choice& c = choices_[index];
   std::vector<std::string> events;
@@ -128,6 +189,11 @@ std::vector<std::string> ResponseBuilder::stream_chunks(int index, const Request
       c.started = true;
       events.push_back(dump_json(chunk(index, {{"delta", {{"role", "assistant"}, {"content", ""}}},
                                                {"logprobs", nullptr}, {"finish_reason", nullptr}})));
+    }
+    if (request_.tool_calls) {
+      auto more = stream_tool_chunks(index, out, finish);
+      events.insert(events.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      return events;
     }
     if (!text.empty() || !ids.empty()) {
       json lp = request_.logprobs >= 0 ? chat_logprobs(ids, out.new_logprobs) : json(nullptr);
@@ -177,10 +243,22 @@ json ResponseBuilder::response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     if (request_.chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      json finish = finish_json(c.finish);
+      if (request_.tool_calls) {
+        const ParsedToolCalls parsed = parse_tool_calls(c.text);
+        if (!parsed.calls.empty()) {
+          message["content"] = parsed.content.empty() ? json(nullptr) : json(parsed.content);
+          message["tool_calls"] = tool_call_list(int(i), parsed.calls, false);
+          if (c.finish == FinishReason::stop) finish = "tool_calls";
+        } else {
+          message["content"] = parsed.content;
+        }
+      }
       choices.push_back({{"index", i},
-                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"message", message},
                          {"logprobs", request_.logprobs >= 0 ? chat_logprobs(c.ids, c.logprobs) : json(nullptr)},
-                         {"finish_reason", finish_json(c.finish)}});
+                         {"finish_reason", finish}});
       continue;
     }
     std::string text = c.text;

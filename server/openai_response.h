@@ -38,6 +38,7 @@ class ResponseBuilder {
     std::vector<SampleResult> prompt_logprobs;
     FinishReason finish = FinishReason::none;
     bool started = false;  // streaming: first chunk sent
+    size_t content_sent = 0;  // streaming with tools: how much of the answer's content went out
   };
 
   nlohmann::json usage() const;
@@ -47,6 +48,9 @@ class ResponseBuilder {
   nlohmann::json completion_logprobs(const std::vector<TokenId>& ids, const std::vector<SampleResult>& lps,
                                      bool first_is_prompt_start, size_t offset) const;
   nlohmann::json chat_logprobs(const std::vector<TokenId>& ids, const std::vector<SampleResult>& lps) const;
+  // With tools: the message fields (content, tool_calls) and finish reason of a finished answer.
+  nlohmann::json tool_call_list(int index, const std::vector<nlohmann::json>& calls, bool with_index) const;
+  std::vector<std::string> stream_tool_chunks(int index, const RequestOutput& out, const nlohmann::json& finish);
   std::string token_string(TokenId id) const;
   std::string prompt_text(int prompt_index) const;
 

@@ -195,7 +195,7 @@ def test_openai_client_raises_the_matching_exceptions(servers):
     assert e.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError, match="tools"):
         client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}],
-                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+                                       tools=[{"type": "function", "function": {"name": "a b", "parameters": {}}}])
     with pytest.raises(openai.BadRequestError, match="wizard"):
         client.chat.completions.create(model="smollm2", messages=[{"role": "wizard", "content": "x"}])
     client.close()

@@ -127,6 +127,29 @@ TEST(SamplingParamsTest, InvalidValuesNameTheParameterAndRange) {
   }
 }
 
+TEST(SamplerTest, LogitBiasShiftsTheChoiceAndIsChecked) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f};
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(Sampler(p).sample(logits, {}, {}), 1);
+  p.logit_bias = {{3, 100.0f}};  // the least likely token becomes the most likely
+  EXPECT_EQ(Sampler(p).sample(logits, {}, {}), 3);
+  p.logit_bias = {{1, -1.5f}};  // 3 - 1.5 < 2: token 2 wins
+  EXPECT_EQ(Sampler(p).sample(logits, {}, {}), 2);
+  // Logprobs stay those of the raw logits (vLLM's raw_logprobs).
+  SampleResult extra;
+  p.logprobs = 0;
+  Sampler(p).sample(logits, {}, {}, &extra);
+  double z = 0;
+  for (float x : logits) z += std::exp(double(x));
+  EXPECT_NEAR(extra.logprob, 2.0 - std::log(z), 1e-5);
+  p.logit_bias = {{1, 100.5f}};
+  EXPECT_THROW(p.validate(), Error);
+  p.logit_bias = {{4, 1.0f}};  // outside a vocabulary of 4
+  Sampler outside(p);
+  EXPECT_THROW(outside.sample(logits, {}, {}), Error);
+}
+
 TEST(SamplerTest, ConstructorValidates) {
   SamplingParams params;
   params.top_p = 0.0f;

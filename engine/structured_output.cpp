@@ -1,0 +1,181 @@
+#include "engine/structured_output.h"
+
+#include <dlpack/dlpack.h>
+#include <nlohmann/json.hpp>
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "errors/error.h"
+
+namespace tq {
+
+const char* constraint_kind_name(OutputConstraintSpec::Kind kind) {
+  switch (kind) {
+    case OutputConstraintSpec::Kind::json_object: return "json_object";
+    case OutputConstraintSpec::Kind::json_schema: return "json_schema";
+    case OutputConstraintSpec::Kind::regex: return "regex";
+    case OutputConstraintSpec::Kind::choice: return "choice";
+    case OutputConstraintSpec::Kind::grammar: return "grammar";
+    case OutputConstraintSpec::Kind::tool_calls: return "tool call schema";
+  }
+  return "?";
+}
+
+class CompiledConstraint {
+ public:
+  explicit CompiledConstraint(xgrammar::CompiledGrammar g, int vocab_size) : grammar(std::move(g)), vocab(vocab_size) {}
+  xgrammar::CompiledGrammar grammar;
+  int vocab;
+};
+
+namespace {
+
+// xgrammar's vocabulary: each token's bytes as they appear in text (VocabType::RAW, so one form
+// serves byte-level BPE and SentencePiece alike); special tokens as "" (xgrammar never allows
+// those inside an answer; the stop tokens are given apart).
+xgrammar::TokenizerInfo make_tokenizer_info(const Tokenizer& tokenizer, int vocab_size, const std::vector<TokenId>& stop_ids) {
+  const int n = std::min(tokenizer.vocab_size(), vocab_size);
+  std::vector<std::string> vocab(static_cast<size_t>(n));
+  for (int id = 0; id < n; ++id)
+    if (!tokenizer.is_special(id)) vocab[size_t(id)] = tokenizer.token_bytes(id);
+  std::vector<int32_t> stops;
+  for (TokenId id : stop_ids)
+    if (id >= 0 && id < vocab_size) stops.push_back(id);
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, stops);
+}
+
+// An EBNF string literal for `s` (JSON's escapes are a subset of the ones xgrammar reads).
+std::string ebnf_literal(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// xgrammar's message without its log prefixes ("[hh:mm:ss] /path/file.cc:123: "), first line only.
+std::string xgrammar_reason(const std::string& message) {
+  std::string m = message.substr(0, message.find('\n'));
+  for (size_t source; (source = m.find(".cc:")) != std::string::npos;) {
+    const size_t start = m.rfind('[', source);
+    const size_t colon = m.find(": ", source + 4);
+    if (start == std::string::npos || colon == std::string::npos) break;
+    m.erase(start, colon + 2 - start);
+  }
+  return m;
+}
+
+}  // namespace
+
+struct StructuredOutputCompiler::State {
+  State(const Tokenizer& tokenizer, int vocab_size, const std::vector<TokenId>& stop_ids)
+      : info(make_tokenizer_info(tokenizer, vocab_size, stop_ids)),
+        // One compiling thread per request (the server's own threads run compiles side by side).
+        compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
+  xgrammar::TokenizerInfo info;
+  mutable xgrammar::GrammarCompiler compiler;
+};
+
+StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids)
+    : state_(std::make_unique<State>(tokenizer, vocab_size, stop_ids)), vocab_size_(vocab_size) {}
+
+StructuredOutputCompiler::~StructuredOutputCompiler() = default;
+
+std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(const OutputConstraintSpec& spec) const {
+  using Kind = OutputConstraintSpec::Kind;
+  auto& compiler = state_->compiler;
+  try {
+    switch (spec.kind) {
+      case Kind::json_object:
+        return std::make_shared<CompiledConstraint>(compiler.CompileBuiltinJSONGrammar(), vocab_size_);
+      case Kind::json_schema: {
+        // Reject what is not JSON here, with the parser's position, before xgrammar sees it.
+        const auto parsed = nlohmann::json::parse(spec.text, nullptr, false);
+        if (parsed.is_discarded()) fail("'{}' is not valid JSON", spec.field);
+        if (!parsed.is_object() && !parsed.is_boolean()) fail("'{}' must be a JSON schema object", spec.field);
+        // Compact JSON (no free whitespace between tokens): a small model given free whitespace
+        // can spend its whole budget on newlines and never close the object.
+        return std::make_shared<CompiledConstraint>(
+            compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                       /*strict_mode=*/true),
+            vocab_size_);
+      }
+      case Kind::regex:
+        return std::make_shared<CompiledConstraint>(compiler.CompileRegex(spec.text), vocab_size_);
+      case Kind::choice: {
+        if (spec.choices.empty()) fail("'{}' must list at least one choice", spec.field);
+        std::string ebnf = "root ::= ";
+        for (size_t i = 0; i < spec.choices.size(); ++i) {
+          if (spec.choices[i].empty()) fail("'{}' choice {} is empty", spec.field, i);
+          ebnf += (i ? " | " : "") + ebnf_literal(spec.choices[i]);
+        }
+        return std::make_shared<CompiledConstraint>(
+            compiler.CompileGrammar(xgrammar::Grammar::FromEBNF(ebnf, "root")), vocab_size_);
+      }
+      case Kind::grammar:
+        return std::make_shared<CompiledConstraint>(
+            compiler.CompileGrammar(xgrammar::Grammar::FromEBNF(spec.text, "root")), vocab_size_);
+      case Kind::tool_calls: {
+        using xgrammar::Grammar;
+        const Grammar call = Grammar::FromJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                                     /*strict_mode=*/true);
+        const Grammar open = Grammar::FromEBNF(R"(root ::= "<tool_call>\n")");
+        const Grammar close = Grammar::FromEBNF(R"(root ::= "\n</tool_call>")");
+        const Grammar newline = Grammar::FromEBNF(R"(root ::= "\n")");
+        std::vector<Grammar> counts;  // k calls, k = 1..max_repeats
+        std::vector<Grammar> parts;
+        for (int k = 1; k <= std::max(1, spec.max_repeats); ++k) {
+          if (k > 1) parts.push_back(newline);
+          parts.insert(parts.end(), {open, call, close});
+          counts.push_back(Grammar::Concat(parts));
+        }
+        return std::make_shared<CompiledConstraint>(
+            compiler.CompileGrammar(counts.size() == 1 ? counts[0] : Grammar::Union(counts)), vocab_size_);
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("'{}' is not a valid {}: {}", spec.field, constraint_kind_name(spec.kind), xgrammar_reason(e.what()));
+  }
+  fail("'{}': unknown constraint kind", spec.field);
+}
+
+struct OutputConstraint::State {
+  explicit State(std::shared_ptr<const CompiledConstraint> c)
+      : compiled(std::move(c)), matcher(compiled->grammar), bitmask(size_t(xgrammar::GetBitmaskSize(compiled->vocab))) {}
+  std::shared_ptr<const CompiledConstraint> compiled;  // the matcher refers to its grammar
+  xgrammar::GrammarMatcher matcher;
+  std::vector<int32_t> bitmask;  // [ceil(vocab / 32)] bit i of word i / 32: token i allowed
+};
+
+OutputConstraint::OutputConstraint(std::shared_ptr<const CompiledConstraint> compiled)
+    : state_(std::make_unique<State>(std::move(compiled))) {}
+OutputConstraint::~OutputConstraint() = default;
+OutputConstraint::OutputConstraint(OutputConstraint&&) noexcept = default;
+OutputConstraint& OutputConstraint::operator=(OutputConstraint&&) noexcept = default;
+
+void OutputConstraint::mask(std::span<float> logits) {
+  State& s = *state_;
+  int64_t shape = int64_t(s.bitmask.size());
+  DLTensor t{};
+  t.data = s.bitmask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = &shape;
+  s.matcher.FillNextTokenBitmask(&t);
+  const size_t n = std::min(logits.size(), size_t(s.compiled->vocab));
+  const auto* words = reinterpret_cast<const uint32_t*>(s.bitmask.data());
+  for (size_t i = 0; i < n; ++i)
+    if (!((words[i >> 5] >> (i & 31)) & 1u)) logits[i] = -std::numeric_limits<float>::infinity();
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
+bool OutputConstraint::accept(TokenId id) {
+  if (id < 0 || id >= state_->compiled->vocab) return false;
+  return state_->matcher.AcceptToken(id);
+}
+
+bool OutputConstraint::terminated() const { return state_->matcher.IsTerminated(); }
+
+}  // namespace tq
