@@ -61,3 +61,19 @@ def stories260k(testdata):
 def generate_json(tqserve, *args):
     proc = tqserve("generate", "--json", *args)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module", params=["f16", "tq4"])
+def smollm2_server_per_kv_mode(request, smollm2):
+    """`tqserve serve` of SmolLM2 (served as "smollm2"), once per KV mode, for the API tests that
+    must hold in full precision and with TurboQuant alike."""
+    from server_process import ServerProcess
+    s = ServerProcess(BINARY, smollm2, "--served-model-name", "smollm2", "--kv-cache-dtype", request.param,
+                      "--kv-cache-memory", "256MiB", "--max-model-len", "2048")
+    yield s
+    s.stop()
+
+
+def openai_client(server):
+    import openai
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300, max_retries=0)

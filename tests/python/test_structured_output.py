@@ -13,8 +13,7 @@ import pytest
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
-from conftest import BINARY  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
+from conftest import openai_client  # noqa: E402
 
 ADDRESS = {"type": "object", "properties": {"street": {"type": "string", "maxLength": 30},
                                             "city": {"type": "string", "maxLength": 20}},
@@ -52,16 +51,12 @@ QUESTIONS = ["Describe it as JSON.", "Give an example.", "Answer in JSON, please
              "Make one up."]
 
 
-@pytest.fixture(scope="module", params=["f16", "tq4"])
-def server(request, smollm2):
-    s = ServerProcess(BINARY, smollm2, "--served-model-name", "smollm2", "--kv-cache-dtype", request.param,
-                      "--kv-cache-memory", "256MiB", "--max-model-len", "2048")
-    yield s
-    s.stop()
+@pytest.fixture
+def server(smollm2_server_per_kv_mode):
+    return smollm2_server_per_kv_mode
 
 
-def client_for(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300, max_retries=0)
+client_for = openai_client
 
 
 def ask(client, name, question, index, stream=False):

@@ -12,8 +12,7 @@ import pytest
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
-from conftest import BINARY  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
+from conftest import openai_client  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {
@@ -37,16 +36,12 @@ QUESTIONS = ["What is the weather in Paris?", "How much is 17 plus 25?", "Find m
              "Tell me about the moon.", "I need the temperature in Tokyo in fahrenheit.", "Sum of 100 and 250?"]
 
 
-@pytest.fixture(scope="module", params=["f16", "tq4"])
-def server(request, smollm2):
-    s = ServerProcess(BINARY, smollm2, "--served-model-name", "smollm2", "--kv-cache-dtype", request.param,
-                      "--kv-cache-memory", "256MiB", "--max-model-len", "2048")
-    yield s
-    s.stop()
+@pytest.fixture
+def server(smollm2_server_per_kv_mode):
+    return smollm2_server_per_kv_mode
 
 
-def client_for(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300, max_retries=0)
+client_for = openai_client
 
 
 def call(client, question, tool_choice, index, stream=False):
