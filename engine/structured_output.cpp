@@ -5,7 +5,10 @@
 #include <xgrammar/xgrammar.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <limits>
+#include <thread>
 #include <optional>
 
 #include "errors/error.h"
@@ -72,17 +75,56 @@ struct StructuredOutputCompiler::State {
         // One compiling thread per request (the server's own threads run compiles side by side).
         compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
   xgrammar::TokenizerInfo info;
-  mutable xgrammar::GrammarCompiler compiler;
+  xgrammar::GrammarCompiler compiler;
+  std::atomic<int> overdue{0};
 };
 
-StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids)
-    : state_(std::make_unique<State>(tokenizer, vocab_size, stop_ids)), vocab_size_(vocab_size) {}
+namespace {
+
+std::shared_ptr<const CompiledConstraint> compile_now(xgrammar::GrammarCompiler& compiler, const OutputConstraintSpec& spec,
+                                                      int vocab_size_);
+
+}  // namespace
+
+StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids,
+                                                   std::chrono::milliseconds compile_limit)
+    : state_(std::make_shared<State>(tokenizer, vocab_size, stop_ids)), vocab_size_(vocab_size), compile_limit_(compile_limit) {}
 
 StructuredOutputCompiler::~StructuredOutputCompiler() = default;
 
+int StructuredOutputCompiler::overdue_compiles() const { return state_->overdue.load(); }
+
 std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(const OutputConstraintSpec& spec) const {
+  if (state_->overdue.load() >= kMaxOverdueCompiles)
+    fail("'{}': {} earlier constraints are still compiling past the {} ms limit; try again later", spec.field,
+         state_->overdue.load(), compile_limit_.count());
+  // The compile runs on a thread of its own, which keeps the compiler's state alive and, if the
+  // request stops waiting, takes itself off the overdue count when it ends.
+  using Result = std::shared_ptr<const CompiledConstraint>;
+  auto task = std::make_shared<std::packaged_task<Result()>>(
+      [state = state_, spec, vocab = vocab_size_] { return compile_now(state->compiler, spec, vocab); });
+  auto ended_or_abandoned = std::make_shared<std::atomic<bool>>(false);
+  std::future<Result> result = task->get_future();
+  std::thread([task, ended_or_abandoned, state = state_] {
+    (*task)();
+    if (ended_or_abandoned->exchange(true)) state->overdue.fetch_sub(1);
+  }).detach();
+  if (result.wait_for(compile_limit_) != std::future_status::ready) {
+    state_->overdue.fetch_add(1);
+    if (ended_or_abandoned->exchange(true)) {
+      state_->overdue.fetch_sub(1);  // it ended just now after all
+    } else {
+      fail("'{}' took longer than {} ms to compile: simplify it", spec.field, compile_limit_.count());
+    }
+  }
+  return result.get();  // rethrows compile_now's error
+}
+
+namespace {
+
+std::shared_ptr<const CompiledConstraint> compile_now(xgrammar::GrammarCompiler& compiler, const OutputConstraintSpec& spec,
+                                                      int vocab_size_) {
   using Kind = OutputConstraintSpec::Kind;
-  auto& compiler = state_->compiler;
   try {
     switch (spec.kind) {
       case Kind::json_object:
@@ -139,6 +181,8 @@ std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(cons
   }
   fail("'{}': unknown constraint kind", spec.field);
 }
+
+}  // namespace
 
 struct OutputConstraint::State {
   explicit State(std::shared_ptr<const CompiledConstraint> c)

@@ -4,6 +4,7 @@
 // keeps a per-token mask cache; per request a matcher follows the accepted tokens and gives, before
 // each sampling step, the set of tokens that keep the output a prefix of some valid answer.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,18 +37,28 @@ class StructuredOutputCompiler {
   // vocab_size: the model's logits width (it may exceed the tokenizer's vocabulary; the rest are
   // never allowed). stop_ids: the tokens that end a request (EOS): a complete answer is followed
   // by one of them, and only then.
-  StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids);
+  // compile_limit: how long compile() waits for one constraint.
+  StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids,
+                           std::chrono::milliseconds compile_limit = kDefaultCompileLimit);
   ~StructuredOutputCompiler();
 
-  // Throws tq::Error naming spec.field and what is wrong (an invalid schema, regex or grammar).
+  static constexpr std::chrono::milliseconds kDefaultCompileLimit{10000};
+  // Compiles past their limit that may still be running before new ones are refused: a slow
+  // compile cannot be stopped, only left to finish on its own thread.
+  static constexpr int kMaxOverdueCompiles = 2;
+
+  // Throws tq::Error naming spec.field and what is wrong (an invalid schema, regex or grammar; a
+  // compile that took longer than the limit; too many overdue compiles still running).
   std::shared_ptr<const CompiledConstraint> compile(const OutputConstraintSpec& spec) const;
 
   int vocab_size() const { return vocab_size_; }
+  int overdue_compiles() const;  // still running past their limit
 
  private:
   struct State;
-  std::unique_ptr<State> state_;
+  std::shared_ptr<State> state_;  // shared with compiles that outlive their request
   int vocab_size_;
+  std::chrono::milliseconds compile_limit_;
 };
 
 // A request's position in its constraint. Not thread-safe: the engine thread owns it.

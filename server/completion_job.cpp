@@ -1,10 +1,12 @@
 #include "server/completion_job.h"
 
+#include <algorithm>
+
 namespace tq {
 
 CompletionJob::CompletionJob(AsyncEngine& engine, ServerMetrics& metrics, ApiRequest request)
     : engine_(engine), metrics_(metrics), request_(std::move(request)), arrival_(std::chrono::steady_clock::now()) {
-  choices_.resize(request_.prompts.size() * request_.n);
+  choices_.resize(request_.prompts.size() * request_.candidates_per_prompt());
   unfinished_ = static_cast<int>(choices_.size());
 }
 
@@ -14,13 +16,16 @@ void CompletionJob::start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t c = 0; c < choices_.size(); ++c) {
       SamplingParams params = request_.params;
+      const int per_prompt = request_.candidates_per_prompt();
       // n > 1 with a seed: each choice its own reproducible stream.
-      if (params.seed && request_.n > 1) params.seed = *params.seed + c % request_.n;
+      if (params.seed && per_prompt > 1) params.seed = *params.seed + c % per_prompt;
       const int prompt_logprobs = request_.echo && request_.logprobs >= 0 ? request_.logprobs : -1;
       if (request_.logprobs >= 0) params.logprobs = request_.logprobs;
+      // best_of ranks candidates by the log-probability of their tokens.
+      if (request_.best_of > request_.n) params.logprobs = std::max(params.logprobs, 0);
       choices_[c].engine_id = engine_.next_id();
       choices_[c].last = arrival_;
-      requests.push_back(std::make_unique<Request>(choices_[c].engine_id, request_.prompts[c / request_.n], params,
+      requests.push_back(std::make_unique<Request>(choices_[c].engine_id, request_.prompts[c / per_prompt], params,
                                                    prompt_logprobs));
     }
   }

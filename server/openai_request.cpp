@@ -97,8 +97,8 @@ void reject_unsupported(const json& body, bool chat, int n) {
       throw unsupported("suffix", "");
     if (present(body, "best_of")) {
       const json& b = body["best_of"];
-      if (!b.is_number_integer() || b.get<int64_t>() != n)
-        throw bad_request(fmt::format("'best_of' is not supported by this server (only best_of == n, here {})", n), "best_of");
+      if (!b.is_number_integer() || b.get<int64_t>() < n)
+        throw bad_request(fmt::format("'best_of' must be an integer at least 'n' ({})", n), "best_of");
     }
   }
 }
@@ -156,6 +156,11 @@ void parse_common(const json& body, std::string_view raw_body, const ServedModel
   r.n = int(int_field(body, "n", 1, 1, limits.max_n));
   r.stream = bool_field(body, "stream", false);
   reject_unsupported(body, r.chat, r.n);
+  if (!r.chat && present(body, "best_of")) {
+    r.best_of = int(int_field(body, "best_of", r.n, r.n, limits.max_n));
+    if (r.best_of > r.n && r.stream)
+      throw bad_request("'best_of' greater than 'n' cannot be streamed (the best are known only at the end)", "best_of");
+  }
   if (present(body, "logit_bias")) {
     const json& lb = body["logit_bias"];
     if (!lb.is_object()) throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");

@@ -58,6 +58,8 @@ struct ApiRequest {
   std::vector<std::vector<TokenId>> prompts;  // [prompts] (chat: one)
   SamplingParams params;                      // max_tokens resolved against the context
   int n = 1;
+  int best_of = 1;  // completions: candidates per prompt (>= n); the n with the highest log-probability are returned
+  int candidates_per_prompt() const { return best_of > n ? best_of : n; }
   bool stream = false;
   bool include_usage = false;
   bool echo = false;        // completions: prompt text (and logprobs) before the completion

@@ -15,7 +15,7 @@ std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ServedModel& model, std::string id, int64_t created)
     : request_(request), model_(model), id_(std::move(id)), created_(created) {
   for (size_t p = 0; p < request.prompts.size(); ++p)
-    for (int i = 0; i < request.n; ++i) {
+    for (int i = 0; i < request.candidates_per_prompt(); ++i) {
       Choice choice;
       choice.prompt_index = static_cast<int>(p);
       choices_.push_back(std::move(choice));
@@ -238,10 +238,28 @@ std::vector<std::string> ResponseBuilder::stream_end() const {
   return {dump_json(j)};
 }
 
+std::vector<size_t> ResponseBuilder::returned_choices() const {
+  std::vector<size_t> out;
+  const size_t per_prompt = size_t(request_.candidates_per_prompt());
+  for (size_t first = 0; first < choices_.size(); first += per_prompt) {
+    std::vector<std::pair<double, size_t>> ranked;  // (log-probability of the candidate's tokens, index)
+    for (size_t i = first; i < first + per_prompt; ++i) {
+      double sum = 0;
+      for (const SampleResult& lp : choices_[i].logprobs) sum += lp.logprob;
+      ranked.emplace_back(sum, i);
+    }
+    if (request_.best_of > request_.n)  // most likely first; equal ones in candidate order
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int k = 0; k < request_.n; ++k) out.push_back(ranked[size_t(k)].second);
+  }
+  return out;
+}
+
 json ResponseBuilder::response() const {
   json choices = json::array();
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
+  const std::vector<size_t> returned = returned_choices();
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const Choice& c = choices_[returned[i]];
     if (request_.chat) {
       json message = {{"role", "assistant"}, {"content", c.text}};
       json finish = finish_json(c.finish);

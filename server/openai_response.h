@@ -13,7 +13,7 @@ namespace tq {
 
 class ResponseBuilder {
  public:
-  // id: "cmpl-..." / "chatcmpl-..."; choices = prompts x n.
+  // id: "cmpl-..." / "chatcmpl-..."; choices = prompts x candidates_per_prompt().
   ResponseBuilder(const ApiRequest& request, const ServedModel& model, std::string id, int64_t created);
 
   int num_choices() const { return static_cast<int>(choices_.size()); }
@@ -41,6 +41,9 @@ class ResponseBuilder {
     size_t content_sent = 0;  // streaming with tools: how much of the answer's content went out
   };
 
+  // The choices a whole response returns, in order: all of them, or with best_of > n the n
+  // candidates of each prompt whose tokens have the highest log-probability.
+  std::vector<size_t> returned_choices() const;
   nlohmann::json usage() const;
   nlohmann::json chunk(int index, const nlohmann::json& choice_fields) const;
   // Completions' logprobs object for tokens [ids] with their logprob entries; offset: the text

@@ -187,8 +187,10 @@ CATALOGUE = [
     row("logit_bias beyond 100", 400, BAD, "'logit_bias' value for token 50 must be a number in [-100, 100], got 101",
         param="logit_bias", json={"prompt": "x", "logit_bias": {"50": 101}}),
     row("suffix", 400, BAD, "'suffix' is not supported", param="suffix", json={"prompt": "x", "suffix": "y"}),
-    row("best_of > n", 400, BAD, "'best_of' is not supported by this server (only best_of == n", param="best_of",
-        json={"prompt": "x", "best_of": 3}),
+    row("best_of < n", 400, BAD, "'best_of' must be an integer at least 'n' (3)", param="best_of",
+        json={"prompt": "x", "n": 3, "best_of": 2}),
+    row("best_of > n streamed", 400, BAD, "'best_of' greater than 'n' cannot be streamed", param="best_of",
+        json={"prompt": "x", "best_of": 3, "stream": True}),
     # --- tools ----------------------------------------------------------------------------------------
     row("tool with a bad name", 400, BAD, "tools[0] function needs a 'name' of 1 to 64 letters", param="tools", path=CH,
         json={"messages": MSG, "tools": [{"type": "function", "function": {"name": "a b"}}]}),

@@ -87,6 +87,19 @@ def test_completion_stream_n_and_stop(client):
     assert [c.text for c in a.choices] == [c.text for c in b.choices]
 
 
+def test_best_of_returns_the_most_likely_candidates(client):
+    """best_of 5, n 2: the two of the five seeded candidates whose tokens are most likely, found
+    independently by asking for all five (n 5, the same per-candidate seeds) with their logprobs."""
+    kw = dict(model="smollm2", prompt="The capital of France is", max_tokens=6, seed=3, temperature=1.0)
+    all_five = client.completions.create(n=5, logprobs=0, **kw)
+    ranked = sorted(all_five.choices, key=lambda c: (-sum(c.logprobs.token_logprobs), c.index))
+    best = client.completions.create(n=2, best_of=5, **kw)
+    assert [c.index for c in best.choices] == [0, 1]
+    assert [c.text for c in best.choices] == [c.text for c in ranked[:2]]
+    assert best.choices[0].logprobs is None  # not asked for
+    assert best.usage.completion_tokens == all_five.usage.completion_tokens  # every candidate counts
+
+
 def test_echo_with_logprobs_gives_prompt_logprobs(server, client):
     prompt_ids = json.loads(server.post("/tokenize", {"prompt": "The cat sat on the mat"})[1])["tokens"]
     r = client.completions.create(model="smollm2", prompt=prompt_ids, max_tokens=1, temperature=0, echo=True,

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "engine/engine_core.h"
 #include "engine/structured_output.h"
@@ -166,6 +167,35 @@ TEST(StructuredOutput, ASingleChoiceComesOutByteForByte) {
   }
   // A \U escape beyond Unicode is an error, not an overflow.
   EXPECT_THROW(tiny().compiler.compile(spec(OutputConstraintSpec::Kind::grammar, "root ::= \"\\UFFFFFFFF\"")), Error);
+}
+
+// A compile past the limit answers at the limit and finishes on its own thread; while too many
+// are overdue, new constraints are refused; once they end, compiles work again.
+TEST(StructuredOutput, SlowCompilesAreRefusedAtTheLimit) {
+  TQ_REQUIRE_TESTDATA();
+  StructuredOutputCompiler compiler(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
+                                    std::chrono::milliseconds(1));
+  const auto slow = [](int seed) {  // thousands of distinct choices: well over 1 ms to compile
+    std::vector<std::string> choices;
+    for (int i = 0; i < 4000; ++i) choices.push_back("choice " + std::to_string(seed) + " number " + std::to_string(i));
+    return spec(OutputConstraintSpec::Kind::choice, "", choices);
+  };
+  const auto message = [&](const OutputConstraintSpec& s) {
+    try {
+      compiler.compile(s);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("compiled");
+  };
+  EXPECT_NE(message(slow(1)).find("'test_field' took longer than 1 ms to compile"), std::string::npos);
+  EXPECT_NE(message(slow(2)).find("took longer than 1 ms"), std::string::npos);
+  ASSERT_EQ(compiler.overdue_compiles(), StructuredOutputCompiler::kMaxOverdueCompiles);
+  EXPECT_NE(message(slow(3)).find("2 earlier constraints are still compiling past the 1 ms limit"), std::string::npos);
+  for (int i = 0; i < 600 && compiler.overdue_compiles() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(compiler.overdue_compiles(), 0);
+  StructuredOutputCompiler patient(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids);
+  EXPECT_NO_THROW(patient.compile(slow(1)));
 }
 
 TEST(StructuredOutput, BadConstraintsNameTheFieldAndTheProblem) {
