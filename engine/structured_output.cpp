@@ -130,7 +130,7 @@ std::shared_ptr<const CompiledConstraint> compile_now(xgrammar::GrammarCompiler&
       case Kind::json_object:
         return std::make_shared<CompiledConstraint>(compiler.CompileBuiltinJSONGrammar(), vocab_size_);
       case Kind::json_schema: {
-        // Reject what is not JSON here, with the parser's position, before xgrammar sees it.
+        // What is not JSON is refused here, in our words, before xgrammar sees it.
         const auto parsed = nlohmann::json::parse(spec.text, nullptr, false);
         if (parsed.is_discarded()) fail("'{}' is not valid JSON", spec.field);
         if (!parsed.is_object() && !parsed.is_boolean()) fail("'{}' must be a JSON schema object", spec.field);

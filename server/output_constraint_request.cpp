@@ -86,8 +86,11 @@ std::optional<OutputConstraintSpec> from_response_format(const json& body, const
 }  // namespace
 
 std::optional<OutputConstraintSpec> parse_output_constraint(const json& body, std::string_view raw_body) {
+  // Parsed again in key order only when a schema field is there (most requests have none).
+  const bool has_schema = present(body, "response_format") || present(body, "guided_json") ||
+                          present(body, "structured_outputs") || present(body, "json_schema");
   std::optional<nlohmann::ordered_json> ordered_body;
-  if (!raw_body.empty()) {
+  if (has_schema && !raw_body.empty()) {
     ordered_body = nlohmann::ordered_json::parse(raw_body, nullptr, false);
     if (ordered_body->is_discarded()) ordered_body.reset();
   }
