@@ -31,8 +31,6 @@ namespace {
 
 const char* type_name(const json& v) { return v.type_name(); }
 
-bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
-
 double number_field(const json& body, const char* key, double fallback, double lo, double hi) {
   if (!present(body, key)) return fallback;
   const json& v = body[key];

@@ -30,6 +30,9 @@ struct ApiError : std::runtime_error {
 // 400 invalid_request_error about `param`.
 ApiError bad_request(const std::string& message, const std::string& param = "");
 
+// The request body has `key`, and it is not null (OpenAI treats an explicit null as absent).
+inline bool present(const nlohmann::json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
 // What the server serves, as requests see it.
 struct ServedModel {
   std::string name;  // the id in /v1/models and responses

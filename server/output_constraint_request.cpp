@@ -11,8 +11,6 @@ using Kind = OutputConstraintSpec::Kind;
 
 namespace {
 
-bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
-
 // The schema at `path` of the body as sent (`ordered`, when at hand), in its own key order: a
 // schema's properties are generated in the order it lists them (as OpenAI's structured outputs
 // do), which the key-sorted `json` loses.
