@@ -20,6 +20,7 @@
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
 #include "engine/kv_budget.h"
+#include "engine/structured_output.h"
 #include "errors/error.h"
 #include "server/http_server.h"
 #include "server/kv_event_publisher.h"
@@ -38,6 +39,7 @@ struct ServeFlags {
   std::string kv_cache_memory;       // bytes, e.g. "2GiB"
   double memory_utilization = 0;     // fraction of available memory for the KV cache
   bool no_prefix_caching = false;
+  int64_t structured_output_cache_mib = StructuredOutputCompiler::kDefaultCacheBytes >> 20;
 };
 
 // The default budget without flags: a quarter of the memory available now, at most 4 GiB
@@ -203,7 +205,8 @@ int run_serve(ServeFlags& f) {
   served.path = session->model.path;
   if (session->model.tokenizer)
     served.structured_output = std::make_shared<StructuredOutputCompiler>(
-        *session->model.tokenizer, session->model.config.vocab_size, session->model.stop_ids);
+        *session->model.tokenizer, session->model.config.vocab_size, session->model.stop_ids,
+        StructuredOutputCompiler::kDefaultCompileLimit, f.structured_output_cache_mib << 20);
   server.attach(*engine, served, cache->shape().mode_name(), cache->shape().describe(), cache->shape().layer_modes());
   std::fprintf(stderr, "tqserve: serving %s on http://%s:%d\n", served.name.c_str(), f.server.host.c_str(), server.port());
 
@@ -230,6 +233,10 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens computed per engine step")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--structured-output-cache-mib", f->structured_output_cache_mib,
+                  "memory for compiled JSON schemas and grammars kept for reuse (least recently used go first; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most 4 GiB)");

@@ -69,11 +69,20 @@ std::string xgrammar_reason(const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+int64_t checked_cache_bytes(int64_t cache_bytes) {
+  if (cache_bytes < 0) fail("the structured-output cache size must be >= 0 bytes, got {}", cache_bytes);
+  return cache_bytes;
+}
+
+}  // namespace
+
 struct StructuredOutputCompiler::State {
-  State(const Tokenizer& tokenizer, int vocab_size, const std::vector<TokenId>& stop_ids)
+  State(const Tokenizer& tokenizer, int vocab_size, const std::vector<TokenId>& stop_ids, int64_t cache_bytes)
       : info(make_tokenizer_info(tokenizer, vocab_size, stop_ids)),
         // One compiling thread per request (the server's own threads run compiles side by side).
-        compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
+        compiler(info, /*max_threads=*/1, /*cache_enabled=*/cache_bytes > 0, /*max_memory_bytes=*/cache_bytes) {}
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
   std::atomic<int> overdue{0};
@@ -87,12 +96,16 @@ std::shared_ptr<const CompiledConstraint> compile_now(xgrammar::GrammarCompiler&
 }  // namespace
 
 StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids,
-                                                   std::chrono::milliseconds compile_limit)
-    : state_(std::make_shared<State>(tokenizer, vocab_size, stop_ids)), vocab_size_(vocab_size), compile_limit_(compile_limit) {}
+                                                   std::chrono::milliseconds compile_limit, int64_t cache_bytes)
+    : state_(std::make_shared<State>(tokenizer, vocab_size, stop_ids, checked_cache_bytes(cache_bytes))),
+      vocab_size_(vocab_size),
+      compile_limit_(compile_limit) {}
 
 StructuredOutputCompiler::~StructuredOutputCompiler() = default;
 
 int StructuredOutputCompiler::overdue_compiles() const { return state_->overdue.load(); }
+
+int64_t StructuredOutputCompiler::cached_bytes() const { return state_->compiler.GetCacheSizeBytes(); }
 
 std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(const OutputConstraintSpec& spec) const {
   if (state_->overdue.load() >= kMaxOverdueCompiles)

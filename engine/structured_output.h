@@ -31,18 +31,22 @@ const char* constraint_kind_name(OutputConstraintSpec::Kind kind);
 class CompiledConstraint;  // a compiled grammar, shared by the requests that ask for it
 
 // One per served model: the vocabulary as xgrammar sees it and its compiler (which caches compiled
-// grammars, so requests with the same schema share one). Thread-safe.
+// grammars, so requests with the same schema share one, up to cache_bytes: a stream of distinct
+// schemas must not grow the server without bound). Thread-safe.
 class StructuredOutputCompiler {
  public:
   // vocab_size: the model's logits width (it may exceed the tokenizer's vocabulary; the rest are
   // never allowed). stop_ids: the tokens that end a request (EOS): a complete answer is followed
   // by one of them, and only then.
-  // compile_limit: how long compile() waits for one constraint.
+  // compile_limit: how long compile() waits for one constraint. cache_bytes: the most memory
+  // compiled grammars are kept in (least recently used ones go first); 0 keeps none.
   StructuredOutputCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<TokenId> stop_ids,
-                           std::chrono::milliseconds compile_limit = kDefaultCompileLimit);
+                           std::chrono::milliseconds compile_limit = kDefaultCompileLimit,
+                           int64_t cache_bytes = kDefaultCacheBytes);
   ~StructuredOutputCompiler();
 
   static constexpr std::chrono::milliseconds kDefaultCompileLimit{10000};
+  static constexpr int64_t kDefaultCacheBytes = int64_t{512} << 20;  // vLLM's xgrammar cache default
   // Compiles past their limit that may still be running before new ones are refused: a slow
   // compile cannot be stopped, only left to finish on its own thread.
   static constexpr int kMaxOverdueCompiles = 2;
@@ -53,6 +57,7 @@ class StructuredOutputCompiler {
 
   int vocab_size() const { return vocab_size_; }
   int overdue_compiles() const;  // still running past their limit
+  int64_t cached_bytes() const;   // held by the cache of compiled grammars now
 
  private:
   struct State;

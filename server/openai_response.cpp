@@ -120,15 +120,15 @@ json ResponseBuilder::chunk(int index, const json& choice_fields) const {
           {"choices", json::array({choice})}};
 }
 
-json ResponseBuilder::tool_call_list(int index, const std::vector<json>& calls, bool with_index) const {
+json ResponseBuilder::tool_call_list(int index, const std::vector<json>& calls, bool with_index, size_t first) const {
   // Ids are the same in a stream and a whole response: the response id, the choice, the call.
   const std::string base = id_.substr(id_.find('-') + 1);
   json list = json::array();
   for (size_t k = 0; k < calls.size(); ++k) {
-    json call = {{"id", fmt::format("call_{}_{}_{}", base, index, k)},
+    json call = {{"id", fmt::format("call_{}_{}_{}", base, index, first + k)},
                  {"type", "function"},
                  {"function", {{"name", calls[k]["name"]}, {"arguments", calls[k]["arguments"]}}}};
-    if (with_index) call["index"] = k;
+    if (with_index) call["index"] = first + k;
     list.push_back(std::move(call));
   }
   return list;
@@ -139,8 +139,10 @@ bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '
 }  // namespace
 
 // Content goes out as it comes, up to where a tool call may begin (and without the whitespace
-// around it, which the whole response trims); the calls go out when the answer is finished, each
-// in one delta, so that the stream reassembles to exactly the whole response.
+// around it, which the whole response trims); each call goes out in one delta as soon as its
+// closing tag is written (the text up to a closing tag parses to the same first calls as the whole
+// answer does), the rest when the answer is finished, so that the stream reassembles to exactly
+// the whole response.
 std::vector<std::string> ResponseBuilder::stream_tool_chunks(int index, const RequestOutput& out, const json& finish) {
   Choice& c = choices_[index];
   std::vector<std::string> events;
@@ -160,18 +162,22 @@ std::vector<std::string> ResponseBuilder::stream_tool_chunks(int index, const Re
     const std::string sent = c.text.substr(lead, c.content_sent);
     if (parsed.content.size() > sent.size() && parsed.content.compare(0, sent.size(), sent) == 0)
       release += parsed.content.substr(sent.size());
+  } else if (const size_t closed = tool_calls_closed_prefix(c.text); closed > 0) {
+    calls = parse_tool_calls(c.text.substr(0, closed)).calls;
   }
+  calls.erase(calls.begin(), calls.begin() + std::min(calls.size(), c.calls_sent));
   const bool lp_wanted = request_.logprobs >= 0 && !out.new_ids.empty();
   if (!release.empty() || lp_wanted) {
     const json lp = lp_wanted ? chat_logprobs(out.new_ids, out.new_logprobs) : json(nullptr);
     events.push_back(dump_json(chunk(index, {{"delta", {{"content", release}}}, {"logprobs", lp}, {"finish_reason", nullptr}})));
   }
-  const json list = tool_call_list(index, calls, true);
+  const json list = tool_call_list(index, calls, true, c.calls_sent);
+  c.calls_sent += calls.size();
   for (const json& call : list)
     events.push_back(dump_json(chunk(index, {{"delta", {{"tool_calls", json::array({call})}}},
                                              {"logprobs", nullptr}, {"finish_reason", nullptr}})));
   if (!finish.is_null()) {
-    const json reason = !calls.empty() && c.finish == FinishReason::stop ? json("tool_calls") : finish;
+    const json reason = c.calls_sent > 0 && c.finish == FinishReason::stop ? json("tool_calls") : finish;
     events.push_back(dump_json(chunk(index, {{"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}})));
   }
   return events;

@@ -39,6 +39,7 @@ class ResponseBuilder {
     FinishReason finish = FinishReason::none;
     bool started = false;  // streaming: first chunk sent
     size_t content_sent = 0;  // streaming with tools: how much of the answer's content went out
+    size_t calls_sent = 0;    // streaming with tools: how many calls went out
   };
 
   // The choices a whole response returns, in order: all of them, or with best_of > n the n
@@ -52,7 +53,9 @@ class ResponseBuilder {
                                      bool first_is_prompt_start, size_t offset) const;
   nlohmann::json chat_logprobs(const std::vector<TokenId>& ids, const std::vector<SampleResult>& lps) const;
   // With tools: the message fields (content, tool_calls) and finish reason of a finished answer.
-  nlohmann::json tool_call_list(int index, const std::vector<nlohmann::json>& calls, bool with_index) const;
+  // calls[k] gets the id and (with_index) the stream index first + k.
+  nlohmann::json tool_call_list(int index, const std::vector<nlohmann::json>& calls, bool with_index,
+                                size_t first = 0) const;
   std::vector<std::string> stream_tool_chunks(int index, const RequestOutput& out, const nlohmann::json& finish);
   std::string token_string(TokenId id) const;
   std::string prompt_text(int prompt_index) const;

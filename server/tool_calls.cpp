@@ -178,6 +178,11 @@ ParsedToolCalls parse_tool_calls(const std::string& text) {
   return out;
 }
 
+size_t tool_calls_closed_prefix(std::string_view text) {
+  const size_t close = text.rfind(kClose);
+  return close == std::string_view::npos ? 0 : close + kClose.size();
+}
+
 size_t tool_call_safe_prefix(std::string_view text) {
   const size_t open = text.find(kOpen);
   if (open != std::string_view::npos) return open;

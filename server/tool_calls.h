@@ -54,6 +54,10 @@ struct ParsedToolCalls {
 // name stays in the text.
 ParsedToolCalls parse_tool_calls(const std::string& text);
 
+// Streaming: the text up to the end of its last closing tag (0 if none is written yet); its calls
+// are final.
+size_t tool_calls_closed_prefix(std::string_view text);
+
 // Streaming: how much of `text` may go out as content now: up to the first call's start, less a
 // trailing part that could still become one.
 size_t tool_call_safe_prefix(std::string_view text);

@@ -15,6 +15,13 @@ TESTDATA = Path(os.environ.get("TQ_TESTDATA_DIR") or REPO.parent / "shared" / "t
 BINARY = Path(os.environ.get("TQSERVE_BIN", REPO / "build" / "tqserve"))
 
 
+def unsanitized_only(why):
+    """Skips a test under scripts/sanitize.sh (TQ_SANITIZER set) whose point is figures or a peer's
+    agreement, not memory: the plain run checks those, and the sanitized one runs the same code
+    paths in other tests at a fraction of the time."""
+    return pytest.mark.skipif(bool(os.environ.get("TQ_SANITIZER")), reason=why)
+
+
 def find_smollm2():
     if os.environ.get("TQSERVE_MODEL"):
         return os.environ["TQSERVE_MODEL"]

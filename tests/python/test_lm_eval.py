@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, REPO
+from conftest import BINARY, REPO, unsanitized_only
 from server_process import ServerProcess
 
 LM_EVAL = REPO / "build" / "lm-eval-venv" / "bin" / "lm_eval"
@@ -34,6 +34,8 @@ def run_lm_eval(smollm2, mode, out):
     return results, samples
 
 
+@unsanitized_only("a client's compatibility and scores, not memory: the server's endpoints run sanitized in "
+                  "test_server.py")
 def test_lm_eval_tasks_run_against_the_server_and_tq4_scores_as_f16(smollm2, tmp_path):
     if not LM_EVAL.exists():
         pytest.fail(f"{LM_EVAL} is missing: scripts/setup.sh installs lm-eval")

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <thread>
@@ -196,6 +197,34 @@ TEST(StructuredOutput, SlowCompilesAreRefusedAtTheLimit) {
   EXPECT_EQ(compiler.overdue_compiles(), 0);
   StructuredOutputCompiler patient(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids);
   EXPECT_NO_THROW(patient.compile(slow(1)));
+}
+
+// Distinct schemas, one after another, keep the compiled-grammar cache within its size (a server
+// fed endless distinct schemas must not grow), and a cache of size 0 keeps nothing.
+TEST(StructuredOutput, TheCompiledGrammarCacheStaysWithinItsSize) {
+  TQ_REQUIRE_TESTDATA();
+  const auto distinct = [](int i) {
+    return spec(OutputConstraintSpec::Kind::json_schema,
+                R"({"type":"object","properties":{"field_)" + std::to_string(i) + R"(":{"type":"string","maxLength":)" +
+                    std::to_string(i % 7 + 1) + R"(}},"required":["field_)" + std::to_string(i) + R"("]})");
+  };
+  const int64_t limit = 256 << 10;
+  StructuredOutputCompiler bounded(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
+                                   StructuredOutputCompiler::kDefaultCompileLimit, limit);
+  int64_t largest = 0;
+  for (int i = 0; i < 120; ++i) {
+    bounded.compile(distinct(i));
+    largest = std::max(largest, bounded.cached_bytes());
+  }
+  EXPECT_GT(largest, limit / 4) << "the schemas were meant to fill the cache";
+  EXPECT_LE(largest, limit);
+  StructuredOutputCompiler uncached(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
+                                    StructuredOutputCompiler::kDefaultCompileLimit, 0);
+  for (int i = 0; i < 5; ++i) uncached.compile(distinct(i));
+  EXPECT_EQ(uncached.cached_bytes(), 0);
+  EXPECT_THROW(StructuredOutputCompiler(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
+                                        StructuredOutputCompiler::kDefaultCompileLimit, -1),
+               Error);
 }
 
 TEST(StructuredOutput, BadConstraintsNameTheFieldAndTheProblem) {

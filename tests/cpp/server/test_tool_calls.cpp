@@ -86,6 +86,23 @@ TEST(ToolCalls, StreamsReleaseContentOnlyBeforeACall) {
   EXPECT_EQ(tool_call_safe_prefix("  {\"name\""), 0u);  // perhaps a bare JSON call
 }
 
+// A stream sends each call once its closing tag is written: the text up to the last closing tag
+// parses to the same first calls as the whole answer does.
+TEST(ToolCalls, ClosedCallsAreFinalWhileTheAnswerGoesOn) {
+  const std::string first = "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"</tool\"}}\n</tool_call>";
+  const std::string whole = first + "\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_EQ(tool_calls_closed_prefix("Sure.\n<tool_call>\n{\"name\""), 0u);
+  for (size_t cut = first.size(); cut < whole.size(); ++cut) {
+    const std::string partial = whole.substr(0, cut);
+    ASSERT_EQ(tool_calls_closed_prefix(partial), first.size()) << partial;
+    const ParsedToolCalls early = parse_tool_calls(partial.substr(0, tool_calls_closed_prefix(partial)));
+    ASSERT_EQ(early.calls.size(), 1u);
+    EXPECT_EQ(early.calls[0], parse_tool_calls(whole).calls[0]);
+  }
+  EXPECT_EQ(tool_calls_closed_prefix(whole), whole.size());
+  EXPECT_EQ(parse_tool_calls(whole).calls.size(), 2u);
+}
+
 TEST(ToolCalls, EarlierCallsAreWrittenAsTheModelWritesThem) {
   const json calls = json::parse(R"([{"id": "c1", "type": "function",
       "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}])");
