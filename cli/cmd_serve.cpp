@@ -12,12 +12,16 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/session.h"
 #include "engine/async_engine.h"
+#include "engine/chat_prompt.h"
 #include "engine/engine_core.h"
 #include "engine/kv_budget.h"
 #include "engine/structured_output.h"
@@ -40,7 +44,30 @@ struct ServeFlags {
   double memory_utilization = 0;     // fraction of available memory for the KV cache
   bool no_prefix_caching = false;
   int64_t structured_output_cache_mib = StructuredOutputCompiler::kDefaultCacheBytes >> 20;
+  std::string chat_template;  // a file, or the template itself (vLLM's --chat-template)
 };
+
+// --chat-template: a file's contents, or the text itself when it is a template (as vLLM reads it).
+ChatPrompt chat_prompt_from_flag(const std::string& value) {
+  std::string text;
+  if (std::filesystem::is_regular_file(value)) {
+    std::ifstream in(value, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) fail("--chat-template: cannot read '{}'", value);
+  } else if (value.find("{{") != std::string::npos || value.find("{%") != std::string::npos) {
+    text = value;
+  } else {
+    fail("--chat-template: '{}' is neither a file nor a template", value);
+  }
+  if (text.empty()) fail("--chat-template: '{}' is empty", value);
+  ChatPrompt prompt(text);
+  try {
+    prompt.check_parsed();
+  } catch (const std::exception& e) {
+    fail("--chat-template: {}", e.what());
+  }
+  return prompt;
+}
 
 // The default budget without flags: a quarter of the memory available now, at most 4 GiB
 // (vLLM's CPU default KV space).
@@ -74,6 +101,9 @@ int run_serve(ServeFlags& f) {
     f.model.model = f.model_positional;
   }
   f.server.max_num_seqs = f.max_num_seqs;
+  // Checked before any thread starts: a bad template ends the start-up with its reason.
+  const std::optional<ChatPrompt> chat_template_flag =
+      f.chat_template.empty() ? std::nullopt : std::optional<ChatPrompt>(chat_prompt_from_flag(f.chat_template));
   HttpServer server(f.server);
   if (!server.bind()) return 1;
   std::fprintf(stderr, "tqserve: listening on http://%s:%d (loading the model)\n", f.server.host.c_str(), server.port());
@@ -199,7 +229,7 @@ int run_serve(ServeFlags& f) {
   served.name = f.served_model_name.empty() ? std::filesystem::path(session->model.path).stem().string()
                                             : f.served_model_name;
   served.tokenizer = session->model.tokenizer.get();
-  served.chat_prompt = ChatPrompt(session->model.chat_template);
+  served.chat_prompt = chat_template_flag ? *chat_template_flag : ChatPrompt(session->model.chat_template);
   served.max_model_len = session->max_model_len;
   served.vocab_size = session->model.config.vocab_size;
   served.path = session->model.path;
@@ -233,6 +263,8 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens computed per engine step")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--chat-template", f->chat_template,
+                  "Jinja chat template (a file, or the template itself) used instead of the model's own");
   cmd->add_option("--structured-output-cache-mib", f->structured_output_cache_mib,
                   "memory for compiled JSON schemas and grammars kept for reuse (least recently used go first; 0: none)")
       ->capture_default_str()

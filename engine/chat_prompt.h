@@ -23,6 +23,11 @@ class ChatPrompt {
 
   bool has_template() const { return !source_.empty(); }
   const std::string& source() const { return source_; }
+  // Throws the template's parse error (tq::Error), if it has one: a template given at start-up is
+  // checked then rather than on the first request.
+  void check_parsed() const {
+    if (parse_error_) std::rethrow_exception(parse_error_);
+  }
 
   // messages: [{"role", "content"}, ...]; extra: template variables such as enable_thinking.
   // The rendered text is tokenized with special tokens parsed and no BOS added (the template

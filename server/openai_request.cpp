@@ -334,7 +334,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
       throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     extra = body["chat_template_kwargs"];
   }
-  const ToolsRequest tools = parse_tools(body);
+  const ToolsRequest tools = parse_tools(body, raw_body);
   if (tools.active()) {
     r.tool_calls = true;
     if (m.chat_prompt.source().find("tools") != std::string::npos) {
@@ -359,7 +359,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& m, const Requ
       if (r.params.constraint)
         throw bad_request("'tool_choice' asks for a tool call and another field constrains the output: give one",
                           "tool_choice");
-      const OutputConstraintSpec spec = tool_call_constraint(tools);
+      const OutputConstraintSpec spec = tool_call_constraint(tools, tool_call_syntax(m.chat_prompt.source()));
       if (!m.structured_output)
         throw bad_request("a required tool call needs the model's tokenizer, which this server was started without",
                           "tool_choice");

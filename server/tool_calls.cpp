@@ -42,7 +42,7 @@ bool as_call(const std::string& text, json& call) {
 
 }  // namespace
 
-ToolsRequest parse_tools(const json& body) {
+ToolsRequest parse_tools(const json& body, std::string_view raw_body) {
   ToolsRequest r;
   if (present(body, "tools")) {
     const json& tools = body["tools"];
@@ -96,6 +96,19 @@ ToolsRequest parse_tools(const json& body) {
     if (!body["parallel_tool_calls"].is_boolean()) throw bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
     r.parallel = body["parallel_tool_calls"].get<bool>();
   }
+  if ((r.choice == ToolsRequest::Choice::required || r.choice == ToolsRequest::Choice::named) && !raw_body.empty()) {
+    const auto ordered = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+    if (!ordered.is_discarded() && ordered.contains("tools") && ordered["tools"].size() == r.tools.size()) {
+      for (size_t i = 0; i < r.tools.size(); ++i) {
+        const json& checked = r.tools[i]["function"]["parameters"];
+        const nlohmann::ordered_json& f = ordered["tools"][i]["function"];
+        // The same schema as the one checked above, key order aside (a body with repeated keys
+        // could make the two parses differ: then the checked one is used, in key order).
+        const bool same = f.contains("parameters") && json::parse(f["parameters"].dump()) == checked;
+        r.parameters_in_order.push_back(same ? f["parameters"] : nlohmann::ordered_json::parse(checked.dump()));
+      }
+    }
+  }
   return r;
 }
 
@@ -107,23 +120,41 @@ std::string tools_system_prompt(const json& tools) {
   return s;
 }
 
-OutputConstraintSpec tool_call_constraint(const ToolsRequest& r) {
-  json alternatives = json::array();
-  for (const json& t : r.tools) {
-    const json& f = t["function"];
+ToolCallSyntax tool_call_syntax(std::string_view chat_template) {
+  const bool renders_tools = chat_template.find("tools") != std::string_view::npos;
+  const bool asks_parameters = chat_template.find("\"parameters\"") != std::string_view::npos;
+  const bool hermes = chat_template.find(kOpen) != std::string_view::npos;
+  return renders_tools && asks_parameters && !hermes ? ToolCallSyntax::bare_json : ToolCallSyntax::hermes;
+}
+
+OutputConstraintSpec tool_call_constraint(const ToolsRequest& r, ToolCallSyntax syntax) {
+  const char* arguments_key = syntax == ToolCallSyntax::bare_json ? "parameters" : "arguments";
+  // Ordered: the name comes first, as the models are trained to write it, then the arguments in
+  // the order the function lists them.
+  nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    const json& f = r.tools[i]["function"];
     if (r.choice == ToolsRequest::Choice::named && f["name"] != r.named) continue;
-    alternatives.push_back({{"type", "object"},
-                            {"properties", {{"name", {{"const", f["name"]}}}, {"arguments", f["parameters"]}}},
-                            {"required", {"name", "arguments"}},
-                            {"additionalProperties", false}});
+    nlohmann::ordered_json properties = nlohmann::ordered_json::object();
+    properties["name"] = {{"const", f["name"].get<std::string>()}};
+    properties[arguments_key] = i < r.parameters_in_order.size() ? r.parameters_in_order[i]
+                                                                  : nlohmann::ordered_json::parse(f["parameters"].dump());
+    nlohmann::ordered_json alternative = nlohmann::ordered_json::object();
+    alternative["type"] = "object";
+    alternative["properties"] = std::move(properties);
+    alternative["required"] = {"name", arguments_key};
+    alternative["additionalProperties"] = false;
+    alternatives.push_back(std::move(alternative));
   }
   OutputConstraintSpec spec;
-  spec.kind = OutputConstraintSpec::Kind::tool_calls;
+  spec.kind = syntax == ToolCallSyntax::bare_json ? OutputConstraintSpec::Kind::json_schema
+                                                  : OutputConstraintSpec::Kind::tool_calls;
   spec.field = "tools";
-  spec.text = alternatives.size() == 1 ? alternatives[0].dump() : json{{"anyOf", alternatives}}.dump();
+  spec.text = alternatives.size() == 1 ? alternatives[0].dump() : nlohmann::ordered_json{{"anyOf", alternatives}}.dump();
   // A named function is called once (as OpenAI's tool_choice does); required: up to
-  // kMaxParallelCalls calls when parallel_tool_calls allows.
-  spec.max_repeats = r.parallel && r.choice == ToolsRequest::Choice::required ? kMaxParallelCalls : 1;
+  // kMaxParallelCalls calls when parallel_tool_calls allows and the syntax can hold them.
+  const bool several = syntax == ToolCallSyntax::hermes && r.parallel && r.choice == ToolsRequest::Choice::required;
+  spec.max_repeats = several ? kMaxParallelCalls : 1;
   return spec;
 }
 

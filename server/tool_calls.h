@@ -24,23 +24,35 @@ struct ToolsRequest {
   Choice choice = Choice::none;
   std::string named;  // Choice::named: the function's name
   bool parallel = true;
+  // Each tool's parameter schema with its keys in the order the request sent them (the order the
+  // model is asked to write the arguments in); empty when the raw body was not at hand.
+  std::vector<nlohmann::ordered_json> parameters_in_order;
   bool active() const { return !tools.empty() && choice != Choice::none; }
 };
 
 // tools / tool_choice / parallel_tool_calls of a chat request. Throws ApiError (400) naming the
 // field: a tool without a name, parameters that are not a schema object, tool_choice naming a tool
 // that is not listed, tool_choice without tools.
-ToolsRequest parse_tools(const nlohmann::json& body);
+// raw_body: the request as sent, read again in key order when a call is required or named.
+ToolsRequest parse_tools(const nlohmann::json& body, std::string_view raw_body = {});
 
 // A system message that lists the tools and the call syntax, for templates that do not render
 // `tools` themselves.
 std::string tools_system_prompt(const nlohmann::json& tools);
 
+// How the model writes a call: Hermes' tags, or (Llama 3.1 / 3.2's templates, which ask for it)
+// one bare JSON object {"name": ..., "parameters": {...}}.
+enum class ToolCallSyntax { hermes, bare_json };
+// From the chat template's source: bare JSON when the template renders tools itself, asks for
+// "parameters" and never mentions <tool_call>; Hermes otherwise (also for templates that know no
+// tools, which get tools_system_prompt's Hermes instructions).
+ToolCallSyntax tool_call_syntax(std::string_view chat_template);
+
 // required / named: the output is one call of a listed function (required with
-// parallel_tool_calls: one to kMaxParallelCalls calls), its arguments valid for that function's
-// parameter schema.
+// parallel_tool_calls and Hermes' syntax: one to kMaxParallelCalls calls; the bare JSON form
+// holds one call), its arguments valid for that function's parameter schema.
 constexpr int kMaxParallelCalls = 4;
-OutputConstraintSpec tool_call_constraint(const ToolsRequest& tools);
+OutputConstraintSpec tool_call_constraint(const ToolsRequest& tools, ToolCallSyntax syntax = ToolCallSyntax::hermes);
 
 // An assistant message's tool_calls written as the model writes them (for the conversation's
 // earlier turns, when the template does not render tool_calls).

@@ -194,3 +194,13 @@ def test_bench_decode_reports_every_mode_and_context(tqserve):
     assert bad.returncode != 0 and "context" in bad.stderr
     bad = tqserve("bench", "decode", "--model", model, "--contexts", "8,10", "--new-tokens", "3", check=False)
     assert bad.returncode != 0 and "too soon" in bad.stderr
+
+
+def test_serve_refuses_a_bad_chat_template_at_startup(tqserve, stories260k, tmp_path):
+    empty = tmp_path / "empty.jinja"
+    empty.write_text("")
+    for value, reason in (("{{ messages", "--chat-template: chat template line 1"),
+                          (tmp_path / "missing.jinja", "is neither a file nor a template"),
+                          (empty, "is empty")):
+        proc = tqserve("serve", "--model", stories260k, "--port", "0", "--chat-template", value, check=False, timeout=60)
+        assert proc.returncode != 0 and reason in proc.stderr, proc.stderr

@@ -3,7 +3,9 @@
 message): tool_choice naming a function gives one call of it whose arguments validate against its
 parameter schema (checked by `jsonschema`), in f16 and tq4; `required` gives valid calls of listed
 tools; a streamed answer reassembles to the same text and calls; a later turn carrying the
-assistant's tool_calls and a `tool` message is accepted and rendered into the prompt."""
+assistant's tool_calls and a `tool` message is accepted and rendered into the prompt. Served with
+Llama 3.2's template (`--chat-template`), required and named calls take Llama's bare JSON form
+{"name", "parameters"} and come back as the same tool_calls."""
 import concurrent.futures
 import json
 
@@ -12,7 +14,8 @@ import pytest
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
-from conftest import openai_client  # noqa: E402
+from conftest import BINARY, TESTDATA, openai_client  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {
@@ -144,3 +147,37 @@ def test_bad_tools_are_400s_naming_the_field(server, extra, field, words):
     assert status == 400, body
     error = json.loads(body)["error"]
     assert error["param"] == field and words in error["message"], error
+
+
+LLAMA_TEMPLATE = TESTDATA / "llama.cpp-vocab" / "templates" / "meta-llama-Llama-3.2-3B-Instruct.jinja"
+
+
+@pytest.fixture(scope="module")
+def llama_template_server(smollm2):
+    if not LLAMA_TEMPLATE.exists():
+        pytest.skip("needs the shared test data (Llama 3.2's chat template)")
+    s = ServerProcess(BINARY, smollm2, "--served-model-name", "smollm2", "--chat-template", LLAMA_TEMPLATE,
+                      "--kv-cache-memory", "128MiB", "--max-model-len", "4096")
+    yield s
+    s.stop()
+
+
+def test_llama_templates_get_calls_in_their_own_bare_json_form(llama_template_server):
+    client = client_for(llama_template_server)
+    for i, (question, tool) in enumerate([(QUESTIONS[0], TOOLS[0]), (QUESTIONS[1], TOOLS[1]), (QUESTIONS[2], TOOLS[2])]):
+        name = tool["function"]["name"]
+        choice = {"type": "function", "function": {"name": name}}
+        content, calls, finish = call(client, question, choice, i)
+        assert len(calls) == 1 and finish == "tool_calls" and content is None, (content, calls, finish)
+        check_calls(calls, {name})
+        # The prompt carries the template's own instructions for that form.
+        status, body = llama_template_server.post("/tokenize", {"messages": [{"role": "user", "content": question}],
+                                                                "tools": TOOLS})
+        assert status == 200, body
+        status, text = llama_template_server.post("/detokenize", {"tokens": json.loads(body)["tokens"]})
+        assert '"parameters": dictionary of argument name' in json.loads(text)["prompt"]
+        streamed = call(client, question, choice, i, stream=True)
+        assert (streamed[0], [c[1:] for c in streamed[1]], streamed[2]) == (content, [c[1:] for c in calls], finish)
+    content, calls, finish = call(client, QUESTIONS[3], "required", 7)
+    assert finish == "tool_calls" and len(calls) == 1, (content, calls, finish)  # one call: the form holds one
+    check_calls(calls, set(PARAMS))

@@ -57,6 +57,33 @@ TEST(ToolCalls, ToolsAndToolChoiceAreChecked) {
   EXPECT_NE(param_of({{"tools", twice}}).find("repeats the name 'get_weather'"), std::string::npos);
 }
 
+// The constraint asks for the name first and the arguments in the order the request listed them
+// (the raw body's order, not nlohmann::json's sorted keys); Llama 3's syntax is one bare object
+// with "parameters".
+TEST(ToolCalls, ConstrainedCallsKeepTheRequestsKeyOrder) {
+  const std::string raw = R"({"tools": [{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"zone": {"type": "string"}, "city": {"type": "string"}},
+                     "required": ["zone", "city"]}}}],
+      "tool_choice": "required"})";
+  const ToolsRequest r = parse_tools(json::parse(raw), raw);
+  ASSERT_EQ(r.parameters_in_order.size(), 1u);
+  const OutputConstraintSpec hermes = tool_call_constraint(r);
+  EXPECT_EQ(hermes.kind, OutputConstraintSpec::Kind::tool_calls);
+  EXPECT_EQ(hermes.max_repeats, kMaxParallelCalls);
+  EXPECT_LT(hermes.text.find("\"name\""), hermes.text.find("\"arguments\"")) << hermes.text;
+  EXPECT_LT(hermes.text.find("\"zone\""), hermes.text.find("\"city\"")) << hermes.text;
+  EXPECT_EQ(json::parse(hermes.text)["properties"]["arguments"], json::parse(raw)["tools"][0]["function"]["parameters"]);
+  const OutputConstraintSpec llama = tool_call_constraint(r, ToolCallSyntax::bare_json);
+  EXPECT_EQ(llama.kind, OutputConstraintSpec::Kind::json_schema);
+  EXPECT_EQ(llama.max_repeats, 1);  // Llama 3's templates hold one call
+  EXPECT_LT(llama.text.find("\"name\""), llama.text.find("\"parameters\"")) << llama.text;
+  EXPECT_EQ(json::parse(llama.text)["required"], json::parse(R"(["name", "parameters"])"));
+  // Without the raw body: the same schema, sorted keys, name still first.
+  const OutputConstraintSpec unordered = tool_call_constraint(parse_tools(json::parse(raw)));
+  EXPECT_LT(unordered.text.find("\"name\""), unordered.text.find("\"arguments\""));
+  EXPECT_EQ(json::parse(unordered.text), json::parse(hermes.text));
+}
+
 TEST(ToolCalls, AnswersSplitIntoTextAndCalls) {
   ParsedToolCalls p = parse_tool_calls(
       "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
@@ -139,6 +166,9 @@ TEST(ToolCalls, RealTemplatesRenderToolsCallsAndResults) {
     m.vocab_size = tokenizer->vocab_size() + 1000;  // room for the added tokens the templates name
     const ApiRequest r = parse_chat_request(with_tools, m, RequestLimits{});
     EXPECT_TRUE(r.tool_calls) << name;
+    EXPECT_EQ(tool_call_syntax(m.chat_prompt.source()),
+              std::string(name).starts_with("meta-llama") ? ToolCallSyntax::bare_json : ToolCallSyntax::hermes)
+        << name;
     const std::string prompt = tokenizer->decode(r.prompts[0], false);
     EXPECT_NE(prompt.find("\"get_weather\""), std::string::npos) << name << prompt;  // the tool's description
     EXPECT_NE(prompt.find("\"city\""), std::string::npos) << name;
