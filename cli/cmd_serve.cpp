@@ -50,7 +50,8 @@ struct ServeFlags {
 // --chat-template: a file's contents, or the text itself when it is a template (as vLLM reads it).
 ChatPrompt chat_prompt_from_flag(const std::string& value) {
   std::string text;
-  if (std::filesystem::is_regular_file(value)) {
+  std::error_code not_a_path;  // a template's text is usually no valid path at all
+  if (std::filesystem::is_regular_file(value, not_a_path)) {
     std::ifstream in(value, std::ios::binary);
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (!in.good() && !in.eof()) fail("--chat-template: cannot read '{}'", value);

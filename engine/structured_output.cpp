@@ -1,6 +1,7 @@
 #include "engine/structured_output.h"
 
 #include <dlpack/dlpack.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <xgrammar/xgrammar.h>
 
@@ -8,8 +9,11 @@
 #include <atomic>
 #include <future>
 #include <limits>
-#include <thread>
+#include <list>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <unordered_map>
 
 #include "errors/error.h"
 
@@ -67,9 +71,61 @@ std::string xgrammar_reason(const std::string& message) {
   return m;
 }
 
-}  // namespace
+// Compiled constraints kept for reuse within a byte budget that counts each grammar and its key
+// (the request text that produced it), least recently used out first. Only successful compiles
+// are kept: xgrammar's own cache also keeps failed ones, at no counted size, and not the keys.
+class ConstraintCache {
+ public:
+  explicit ConstraintCache(int64_t limit) : limit_(limit) {}
 
-namespace {
+  std::shared_ptr<const CompiledConstraint> find(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    const auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->value;
+  }
+
+  void insert(const std::string& key, std::shared_ptr<const CompiledConstraint> value) {
+    const int64_t bytes = int64_t(value->grammar.MemorySizeBytes() + key.size());
+    std::lock_guard lock(mutex_);
+    if (bytes > limit_ || index_.count(key)) return;
+    lru_.push_front(Entry{nullptr, std::move(value), bytes});
+    const auto [it, inserted] = index_.emplace(key, lru_.begin());
+    lru_.front().key = &it->first;
+    bytes_ += bytes;
+    while (bytes_ > limit_) {
+      const Entry& oldest = lru_.back();
+      bytes_ -= oldest.bytes;
+      index_.erase(*oldest.key);
+      lru_.pop_back();
+    }
+  }
+
+  int64_t bytes() const {
+    std::lock_guard lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  struct Entry {
+    const std::string* key;  // the index's own copy
+    std::shared_ptr<const CompiledConstraint> value;
+    int64_t bytes;
+  };
+  mutable std::mutex mutex_;
+  std::list<Entry> lru_;  // most recently used first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  const int64_t limit_;
+  int64_t bytes_ = 0;
+};
+
+// What identifies a compiled constraint: every field that goes into the grammar, each length-prefixed.
+std::string cache_key(const OutputConstraintSpec& spec) {
+  std::string key = fmt::format("{}:{}:{}:{}", static_cast<int>(spec.kind), spec.max_repeats, spec.text.size(), spec.text);
+  for (const std::string& c : spec.choices) key += fmt::format(":{}:{}", c.size(), c);
+  return key;
+}
 
 int64_t checked_cache_bytes(int64_t cache_bytes) {
   if (cache_bytes < 0) fail("the structured-output cache size must be >= 0 bytes, got {}", cache_bytes);
@@ -81,10 +137,13 @@ int64_t checked_cache_bytes(int64_t cache_bytes) {
 struct StructuredOutputCompiler::State {
   State(const Tokenizer& tokenizer, int vocab_size, const std::vector<TokenId>& stop_ids, int64_t cache_bytes)
       : info(make_tokenizer_info(tokenizer, vocab_size, stop_ids)),
-        // One compiling thread per request (the server's own threads run compiles side by side).
-        compiler(info, /*max_threads=*/1, /*cache_enabled=*/cache_bytes > 0, /*max_memory_bytes=*/cache_bytes) {}
+        // One compiling thread per request (the server's own threads run compiles side by side);
+        // xgrammar's cache off: ours (below) keeps what compiled.
+        compiler(info, /*max_threads=*/1, /*cache_enabled=*/false),
+        cache(cache_bytes) {}
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
+  ConstraintCache cache;
   std::atomic<int> overdue{0};
 };
 
@@ -105,17 +164,23 @@ StructuredOutputCompiler::~StructuredOutputCompiler() = default;
 
 int StructuredOutputCompiler::overdue_compiles() const { return state_->overdue.load(); }
 
-int64_t StructuredOutputCompiler::cached_bytes() const { return state_->compiler.GetCacheSizeBytes(); }
+int64_t StructuredOutputCompiler::cached_bytes() const { return state_->cache.bytes(); }
 
 std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(const OutputConstraintSpec& spec) const {
+  std::string key = cache_key(spec);
+  if (auto cached = state_->cache.find(key)) return cached;
   if (state_->overdue.load() >= kMaxOverdueCompiles)
     fail("'{}': {} earlier constraints are still compiling past the {} ms limit; try again later", spec.field,
          state_->overdue.load(), compile_limit_.count());
   // The compile runs on a thread of its own, which keeps the compiler's state alive and, if the
   // request stops waiting, takes itself off the overdue count when it ends.
   using Result = std::shared_ptr<const CompiledConstraint>;
-  auto task = std::make_shared<std::packaged_task<Result()>>(
-      [state = state_, spec, vocab = vocab_size_] { return compile_now(state->compiler, spec, vocab); });
+  // A compile that ends after its request gave up is still kept for the next one to ask.
+  auto task = std::make_shared<std::packaged_task<Result()>>([state = state_, spec, vocab = vocab_size_, key = std::move(key)] {
+    Result compiled = compile_now(state->compiler, spec, vocab);
+    state->cache.insert(key, compiled);
+    return compiled;
+  });
   auto ended_or_abandoned = std::make_shared<std::atomic<bool>>(false);
   std::future<Result> result = task->get_future();
   std::thread([task, ended_or_abandoned, state = state_] {

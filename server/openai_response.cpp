@@ -162,7 +162,8 @@ std::vector<std::string> ResponseBuilder::stream_tool_chunks(int index, const Re
     const std::string sent = c.text.substr(lead, c.content_sent);
     if (parsed.content.size() > sent.size() && parsed.content.compare(0, sent.size(), sent) == 0)
       release += parsed.content.substr(sent.size());
-  } else if (const size_t closed = tool_calls_closed_prefix(c.text); closed > 0) {
+  } else if (const size_t closed = tool_calls_closed_prefix(c.text); closed > c.closed_seen) {
+    c.closed_seen = closed;  // parsed again only when another call has closed
     calls = parse_tool_calls(c.text.substr(0, closed)).calls;
   }
   calls.erase(calls.begin(), calls.begin() + std::min(calls.size(), c.calls_sent));

@@ -40,6 +40,7 @@ class ResponseBuilder {
     bool started = false;  // streaming: first chunk sent
     size_t content_sent = 0;  // streaming with tools: how much of the answer's content went out
     size_t calls_sent = 0;    // streaming with tools: how many calls went out
+    size_t closed_seen = 0;   // streaming with tools: text up to the last closing tag parsed so far
   };
 
   // The choices a whole response returns, in order: all of them, or with best_of > n the n

@@ -98,15 +98,16 @@ ToolsRequest parse_tools(const json& body, std::string_view raw_body) {
   }
   if ((r.choice == ToolsRequest::Choice::required || r.choice == ToolsRequest::Choice::named) && !raw_body.empty()) {
     const auto ordered = nlohmann::ordered_json::parse(raw_body, nullptr, false);
-    if (!ordered.is_discarded() && ordered.contains("tools") && ordered["tools"].size() == r.tools.size()) {
-      for (size_t i = 0; i < r.tools.size(); ++i) {
-        const json& checked = r.tools[i]["function"]["parameters"];
-        const nlohmann::ordered_json& f = ordered["tools"][i]["function"];
-        // The same schema as the one checked above, key order aside (a body with repeated keys
-        // could make the two parses differ: then the checked one is used, in key order).
-        const bool same = f.contains("parameters") && json::parse(f["parameters"].dump()) == checked;
-        r.parameters_in_order.push_back(same ? f["parameters"] : nlohmann::ordered_json::parse(checked.dump()));
-      }
+    const bool listed = ordered.is_object() && ordered.contains("tools") && ordered["tools"].is_array() &&
+                        ordered["tools"].size() == r.tools.size();
+    for (size_t i = 0; listed && i < r.tools.size(); ++i) {
+      const json& checked = r.tools[i]["function"]["parameters"];
+      // Taken only where it is the schema checked above, key order aside (shapes are looked at
+      // again, so no access below can miss).
+      const nlohmann::ordered_json& t = ordered["tools"][i];
+      const bool same = t.is_object() && t.contains("function") && t["function"].is_object() &&
+                        t["function"].contains("parameters") && json::parse(t["function"]["parameters"].dump()) == checked;
+      r.parameters_in_order.push_back(same ? t["function"]["parameters"] : nlohmann::ordered_json::parse(checked.dump()));
     }
   }
   return r;

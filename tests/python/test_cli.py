@@ -200,6 +200,7 @@ def test_serve_refuses_a_bad_chat_template_at_startup(tqserve, stories260k, tmp_
     empty = tmp_path / "empty.jinja"
     empty.write_text("")
     for value, reason in (("{{ messages", "--chat-template: chat template line 1"),
+                          ("{{ '" + "x" * 5000 + "' ", "--chat-template: chat template line 1"),  # no path
                           (tmp_path / "missing.jinja", "is neither a file nor a template"),
                           (empty, "is empty")):
         proc = tqserve("serve", "--model", stories260k, "--port", "0", "--chat-template", value, check=False, timeout=60)

@@ -200,13 +200,15 @@ TEST(StructuredOutput, SlowCompilesAreRefusedAtTheLimit) {
 }
 
 // Distinct schemas, one after another, keep the compiled-grammar cache within its size (a server
-// fed endless distinct schemas must not grow), and a cache of size 0 keeps nothing.
+// fed endless distinct schemas must not grow), counting the request text that keys each grammar;
+// failed compiles are not kept; a repeated schema is served from the cache; size 0 keeps nothing.
 TEST(StructuredOutput, TheCompiledGrammarCacheStaysWithinItsSize) {
   TQ_REQUIRE_TESTDATA();
-  const auto distinct = [](int i) {
+  const auto distinct = [](int i, const std::string& description = "") {
     return spec(OutputConstraintSpec::Kind::json_schema,
-                R"({"type":"object","properties":{"field_)" + std::to_string(i) + R"(":{"type":"string","maxLength":)" +
-                    std::to_string(i % 7 + 1) + R"(}},"required":["field_)" + std::to_string(i) + R"("]})");
+                R"({"type":"object","description":")" + description + R"(","properties":{"field_)" + std::to_string(i) +
+                    R"(":{"type":"string","maxLength":)" + std::to_string(i % 7 + 1) + R"(}},"required":["field_)" +
+                    std::to_string(i) + R"("]})");
   };
   const int64_t limit = 256 << 10;
   StructuredOutputCompiler bounded(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
@@ -218,6 +220,19 @@ TEST(StructuredOutput, TheCompiledGrammarCacheStaysWithinItsSize) {
   }
   EXPECT_GT(largest, limit / 4) << "the schemas were meant to fill the cache";
   EXPECT_LE(largest, limit);
+  // The key counts: schemas whose 100 KiB description changes no grammar still fill it.
+  for (int i = 0; i < 8; ++i) {
+    bounded.compile(distinct(1000 + i, std::string(100 << 10, 'x')));
+    EXPECT_LE(bounded.cached_bytes(), limit);
+  }
+  // A hit is the same compiled constraint; a failed compile adds nothing.
+  const auto first = bounded.compile(distinct(5000));
+  EXPECT_EQ(bounded.compile(distinct(5000)), first);
+  const int64_t before = bounded.cached_bytes();
+  for (int i = 0; i < 20; ++i)
+    EXPECT_THROW(bounded.compile(spec(OutputConstraintSpec::Kind::regex, "(unclosed " + std::to_string(i))), Error);
+  EXPECT_EQ(bounded.cached_bytes(), before);
+
   StructuredOutputCompiler uncached(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
                                     StructuredOutputCompiler::kDefaultCompileLimit, 0);
   for (int i = 0; i < 5; ++i) uncached.compile(distinct(i));
