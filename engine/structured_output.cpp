@@ -88,15 +88,23 @@ class ConstraintCache {
 
   void insert(const std::string& key, std::shared_ptr<const CompiledConstraint> value) {
     const int64_t bytes = int64_t(value->grammar.MemorySizeBytes() + key.size());
+    std::vector<std::shared_ptr<const CompiledConstraint>> evicted;  // freed after the lock
     std::lock_guard lock(mutex_);
-    if (bytes > limit_ || index_.count(key)) return;
-    lru_.push_front(Entry{nullptr, std::move(value), bytes});
-    const auto [it, inserted] = index_.emplace(key, lru_.begin());
-    lru_.front().key = &it->first;
+    if (bytes > limit_) return;
+    const auto [it, inserted] = index_.emplace(key, lru_.end());
+    if (!inserted) return;
+    try {
+      lru_.push_front(Entry{&it->first, std::move(value), bytes});
+    } catch (...) {
+      index_.erase(it);
+      throw;
+    }
+    it->second = lru_.begin();
     bytes_ += bytes;
     while (bytes_ > limit_) {
-      const Entry& oldest = lru_.back();
+      Entry& oldest = lru_.back();
       bytes_ -= oldest.bytes;
+      evicted.push_back(std::move(oldest.value));
       index_.erase(*oldest.key);
       lru_.pop_back();
     }
@@ -145,6 +153,9 @@ struct StructuredOutputCompiler::State {
   xgrammar::GrammarCompiler compiler;
   ConstraintCache cache;
   std::atomic<int> overdue{0};
+  // Compiles under way, by field and cache key: a request asking for one waits for it.
+  std::mutex running_mutex;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledConstraint>>> running;
 };
 
 namespace {
@@ -167,31 +178,54 @@ int StructuredOutputCompiler::overdue_compiles() const { return state_->overdue.
 int64_t StructuredOutputCompiler::cached_bytes() const { return state_->cache.bytes(); }
 
 std::shared_ptr<const CompiledConstraint> StructuredOutputCompiler::compile(const OutputConstraintSpec& spec) const {
+  using Result = std::shared_ptr<const CompiledConstraint>;
   std::string key = cache_key(spec);
   if (auto cached = state_->cache.find(key)) return cached;
-  if (state_->overdue.load() >= kMaxOverdueCompiles)
-    fail("'{}': {} earlier constraints are still compiling past the {} ms limit; try again later", spec.field,
-         state_->overdue.load(), compile_limit_.count());
-  // The compile runs on a thread of its own, which keeps the compiler's state alive and, if the
-  // request stops waiting, takes itself off the overdue count when it ends.
-  using Result = std::shared_ptr<const CompiledConstraint>;
-  // A compile that ends after its request gave up is still kept for the next one to ask.
-  auto task = std::make_shared<std::packaged_task<Result()>>([state = state_, spec, vocab = vocab_size_, key = std::move(key)] {
-    Result compiled = compile_now(state->compiler, spec, vocab);
-    state->cache.insert(key, compiled);
-    return compiled;
-  });
-  auto ended_or_abandoned = std::make_shared<std::atomic<bool>>(false);
-  std::future<Result> result = task->get_future();
-  std::thread([task, ended_or_abandoned, state = state_] {
-    (*task)();
-    if (ended_or_abandoned->exchange(true)) state->overdue.fetch_sub(1);
-  }).detach();
-  if (result.wait_for(compile_limit_) != std::future_status::ready) {
-    state_->overdue.fetch_add(1);
-    if (ended_or_abandoned->exchange(true)) {
-      state_->overdue.fetch_sub(1);  // it ended just now after all
+  // Requests that ask for a constraint while it compiles wait for that compile rather than start
+  // their own (keyed by field too: a failure's message names the field it came from).
+  std::string running_key = spec.field + '\n' + key;
+  std::shared_future<Result> result;
+  std::shared_ptr<std::atomic<bool>> ended_or_abandoned;  // set only where this call started the compile
+  {
+    std::lock_guard lock(state_->running_mutex);
+    if (const auto it = state_->running.find(running_key); it != state_->running.end()) {
+      result = it->second;
     } else {
+      if (state_->overdue.load() >= kMaxOverdueCompiles)
+        fail("'{}': {} earlier constraints are still compiling past the {} ms limit; try again later", spec.field,
+             state_->overdue.load(), compile_limit_.count());
+      // The compile runs on a thread of its own, which keeps the compiler's state alive and, if
+      // the request stops waiting, takes itself off the overdue count when it ends. What it
+      // compiles is kept even when its request gave up, for the next one to ask.
+      auto task = std::make_shared<std::packaged_task<Result()>>([state = state_, spec, vocab = vocab_size_, key = std::move(key)] {
+        Result compiled = compile_now(state->compiler, spec, vocab);
+        state->cache.insert(key, compiled);
+        return compiled;
+      });
+      result = task->get_future().share();
+      ended_or_abandoned = std::make_shared<std::atomic<bool>>(false);
+      state_->running.emplace(running_key, result);
+      try {
+        std::thread([task, ended_or_abandoned, state = state_, running_key] {
+          (*task)();
+          {
+            std::lock_guard done(state->running_mutex);
+            state->running.erase(running_key);
+          }
+          if (ended_or_abandoned->exchange(true)) state->overdue.fetch_sub(1);
+        }).detach();
+      } catch (...) {
+        state_->running.erase(running_key);
+        throw;
+      }
+    }
+  }
+  if (result.wait_for(compile_limit_) != std::future_status::ready) {
+    if (ended_or_abandoned) {
+      state_->overdue.fetch_add(1);
+      if (ended_or_abandoned->exchange(true)) state_->overdue.fetch_sub(1);  // it ended just now after all
+      else fail("'{}' took longer than {} ms to compile: simplify it", spec.field, compile_limit_.count());
+    } else if (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
       fail("'{}' took longer than {} ms to compile: simplify it", spec.field, compile_limit_.count());
     }
   }

@@ -220,11 +220,16 @@ TEST(StructuredOutput, TheCompiledGrammarCacheStaysWithinItsSize) {
   }
   EXPECT_GT(largest, limit / 4) << "the schemas were meant to fill the cache";
   EXPECT_LE(largest, limit);
-  // The key counts: schemas whose 100 KiB description changes no grammar still fill it.
-  for (int i = 0; i < 8; ++i) {
-    bounded.compile(distinct(1000 + i, std::string(100 << 10, 'x')));
+  // The key counts: schemas whose 100 KiB description changes no grammar still fill it, and the
+  // oldest go.
+  const std::string description(100 << 10, 'x');
+  const auto oldest = bounded.compile(distinct(1000, description));
+  for (int i = 1; i < 8; ++i) {
+    bounded.compile(distinct(1000 + i, description));
+    EXPECT_GE(bounded.cached_bytes(), 100 << 10);
     EXPECT_LE(bounded.cached_bytes(), limit);
   }
+  EXPECT_NE(bounded.compile(distinct(1000, description)), oldest) << "it was meant to be evicted";
   // A hit is the same compiled constraint; a failed compile adds nothing.
   const auto first = bounded.compile(distinct(5000));
   EXPECT_EQ(bounded.compile(distinct(5000)), first);
@@ -240,6 +245,33 @@ TEST(StructuredOutput, TheCompiledGrammarCacheStaysWithinItsSize) {
   EXPECT_THROW(StructuredOutputCompiler(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids,
                                         StructuredOutputCompiler::kDefaultCompileLimit, -1),
                Error);
+}
+
+// Requests that ask for the same constraint while it compiles share that one compile.
+TEST(StructuredOutput, RequestsForAConstraintBeingCompiledShareTheCompile) {
+  TQ_REQUIRE_TESTDATA();
+  StructuredOutputCompiler compiler(*tiny().model.tokenizer, tiny().model.config.vocab_size, tiny().model.stop_ids);
+  std::vector<std::string> choices;  // slow enough that the requests overlap
+  for (int i = 0; i < 3000; ++i) choices.push_back("shared choice number " + std::to_string(i));
+  const OutputConstraintSpec slow = spec(OutputConstraintSpec::Kind::choice, "", choices);
+  std::vector<std::shared_ptr<const CompiledConstraint>> got(4);
+  std::vector<std::thread> requests;
+  for (size_t i = 0; i < got.size(); ++i) requests.emplace_back([&, i] { got[i] = compiler.compile(slow); });
+  for (std::thread& t : requests) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, got[0]);
+  // Failures are shared too, each naming the field.
+  std::vector<std::string> errors(3);
+  requests.clear();
+  for (size_t i = 0; i < errors.size(); ++i)
+    requests.emplace_back([&, i] {
+      try {
+        compiler.compile(spec(OutputConstraintSpec::Kind::regex, "(never closed"));
+      } catch (const Error& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (std::thread& t : requests) t.join();
+  for (const std::string& e : errors) EXPECT_NE(e.find("'test_field' is not a valid regex"), std::string::npos) << e;
 }
 
 TEST(StructuredOutput, BadConstraintsNameTheFieldAndTheProblem) {
