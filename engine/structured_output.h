@@ -30,9 +30,9 @@ const char* constraint_kind_name(OutputConstraintSpec::Kind kind);
 
 class CompiledConstraint;  // a compiled grammar, shared by the requests that ask for it
 
-// One per served model: the vocabulary as xgrammar sees it and its compiler (which caches compiled
-// grammars, so requests with the same schema share one, up to cache_bytes: a stream of distinct
-// schemas must not grow the server without bound). Thread-safe.
+// One per served model: the vocabulary as xgrammar sees it, its compiler, and a cache of compiled
+// constraints, so requests with the same schema share one (also while it compiles), up to
+// cache_bytes: a stream of distinct schemas must not grow the server without bound. Thread-safe.
 class StructuredOutputCompiler {
  public:
   // vocab_size: the model's logits width (it may exceed the tokenizer's vocabulary; the rest are
