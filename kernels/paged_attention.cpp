@@ -63,6 +63,31 @@ void check_paged_attention_args(const PagedAttentionArgs& a) {
   }
 }
 
+void check_same_sequence(const PagedAttentionArgs& a, const PagedAttentionArgs& b) {
+  const auto same_pages = [](const PagedRows& x, const PagedRows& y) {
+    return x.base == y.base && x.block_stride == y.block_stride && x.head_stride == y.head_stride &&
+           x.row_stride == y.row_stride && x.block_map == y.block_map && x.format.codec == y.format.codec;
+  };
+  const bool same = a.n_q_heads == b.n_q_heads && a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim &&
+                    a.block_table == b.block_table && a.block_size == b.block_size && same_pages(a.k, b.k) &&
+                    same_pages(a.v, b.v) && a.windows == b.windows &&
+                    (!a.windows || (same_pages(a.window_k, b.window_k) && same_pages(a.window_v, b.window_v))) &&
+                    a.kv_head_begin == b.kv_head_begin && kv_head_end(a) == kv_head_end(b) &&
+                    a.ctx_begin == b.ctx_begin;
+  if (!same)
+    fail("paged attention: queries computed together must share their sequence's pages, heads and first position");
+}
+
+void paged_attention_fast_queries(const PagedAttentionArgs* queries, int n_queries) {
+  bool together = n_queries > 1;
+  for (int j = 0; j < n_queries && together; ++j) together = paged_attention_fast_avx512_available(queries[j]);
+  if (together) {
+    paged_attention_fast_avx512_queries(queries, n_queries);
+  } else {
+    for (int j = 0; j < n_queries; ++j) paged_attention_fast(queries[j]);
+  }
+}
+
 namespace {
 
 using namespace attention_detail;

@@ -102,6 +102,16 @@ void paged_attention_exact_scalar(const PagedAttentionArgs& args);
 // positions' dot products in 8 lanes, the SIMD row decoders (bit-identical to the scalar ones),
 // no fused multiply-add. The whole context in one part (no ctx_begin, no partial_max).
 void paged_attention_exact(const PagedAttentionArgs& args);
+// Several query tokens of one sequence (a prefill chunk's): queries[j] as paged_attention_fast
+// computes it, bit for bit, for every j. All share the pages, block table, heads, KV head range and
+// ctx_begin (check_same_sequence), each with its own q, out, n_ctx, windows' coded range, exact
+// rows and partial outputs. The AVX-512 kernel decodes each tile of rows once for the queries that
+// read it alike; other kernels compute the queries one by one.
+void paged_attention_fast_queries(const PagedAttentionArgs* queries, int n_queries);
+void paged_attention_fast_avx512_queries(const PagedAttentionArgs* queries, int n_queries);
+// Fails unless a and b may be computed together (paged_attention_fast_queries).
+void check_same_sequence(const PagedAttentionArgs& a, const PagedAttentionArgs& b);
+
 // paged_attention_fast_avx512 where paged_attention_fast_avx512_available, else
 // paged_attention_fast_avx2 where paged_attention_fast_avx2_available, else
 // paged_attention_exact_scalar.

@@ -8,6 +8,8 @@
 // rows (one 16-lane FMA chain per row, then a 16-to-1 transposing reduction, so lane i holds
 // row i's score), the tile's weights are exp'd 16 at a time, and the weighted V rows are added
 // into the group's accumulators, held in registers for up to 4 heads x 64 columns at once.
+// Several query tokens of one sequence (a prefill chunk's) walk the same tiles together, each tile
+// decoded once for all of them: a query's arithmetic is the same as in a call of its own.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -155,48 +157,100 @@ void decode_rows_widest(const CodedRowFormat& f, const uint8_t* first, size_t ro
   }
 }
 
-TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs& a) {
-  const int d = a.head_dim;
-  const int group = a.n_q_heads / a.n_kv_heads;
-  alignas(64) float k_rows[kTile * kMaxHeadDim], v_rows[kTile * kMaxHeadDim];  // [16, d] each
+// Where row t of a query's context comes from: 0 the coded pages, 1 the window pages, 2 its
+// exact chunk rows.
+inline int row_source(const PagedAttentionArgs& a, int t) {
+  if (a.exact_from >= 0 && t >= a.exact_from) return 2;
+  return in_window(a, t) ? 1 : 0;
+}
+
+// Whether query a reads rows t0 .. t0 + n - 1 exactly as `ref` does (the same pages or the same
+// exact rows), so that ref's decoded tile serves it.
+inline bool reads_as(const PagedAttentionArgs& a, const PagedAttentionArgs& ref, int t0, int n) {
+  if (a.exact_from == ref.exact_from && a.exact_k == ref.exact_k && a.exact_v == ref.exact_v &&
+      a.windows == ref.windows && (!a.windows || (a.coded_begin == ref.coded_begin && a.coded_end == ref.coded_end)))
+    return true;
+  for (int t = t0; t < t0 + n; ++t) {
+    const int source = row_source(a, t);
+    if (source != row_source(ref, t)) return false;
+    if (source == 2 && (a.exact_from != ref.exact_from || a.exact_k != ref.exact_k || a.exact_v != ref.exact_v))
+      return false;
+  }
+  return true;
+}
+
+// Queries q[0 .. n_queries) of one sequence (same pages, heads and ctx_begin; any n_ctx), each
+// with exactly the arithmetic it gets alone: per KV head the context is walked in the same tiles,
+// decoded once for every query that reads the tile's rows as the longest one does (the others,
+// near a window's edge, decode their own), and each query's heads score and accumulate the tile
+// in the same order as in a call of their own. Rows of the shared tile past a shorter query's end
+// are real rows where its own tile would hold zeros: they only reach score lanes that are set to
+// -inf, and no V accumulation, so the result is the same bits.
+TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_queries) {
+  const PagedAttentionArgs* longest = queries;
+  for (int j = 1; j < n_queries; ++j)
+    if (queries[j].n_ctx > longest->n_ctx) longest = queries + j;
+  const PagedAttentionArgs& ref = *longest;
+  const int d = ref.head_dim;
+  const int group = ref.n_q_heads / ref.n_kv_heads;
+  alignas(64) float k_rows[kTile * kMaxHeadDim], v_rows[kTile * kMaxHeadDim];  // [16, d] each: the shared tile
+  alignas(64) float own_k[kTile * kMaxHeadDim], own_v[kTile * kMaxHeadDim];    // [16, d] each: a query's own
   alignas(64) float p[kMaxGroup * kTile];                                       // [group, 16]
   float correction[kMaxGroup];
   bool rescale[kMaxGroup];
-  OnlineSoftmax softmax[kMaxGroup];
-  std::vector<float> acc(size_t(group) * d);  // [group, d]
-  for (int g = a.kv_head_begin; g < kv_head_end(a); ++g) {
-    const float* q_group = a.q + size_t(g) * group * d;
+  std::vector<OnlineSoftmax> softmax(size_t(n_queries) * group);  // [n_queries, group]
+  std::vector<float> acc(size_t(n_queries) * group * d);          // [n_queries, group, d]
+  for (int g = ref.kv_head_begin; g < kv_head_end(ref); ++g) {
     std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(softmax, softmax + group, OnlineSoftmax{});
-    for (int t0 = a.ctx_begin; t0 < a.n_ctx; t0 += kTile) {
-      const int n = std::min(kTile, a.n_ctx - t0);
-      prefetch_tile(a, true, t0 + kPrefetchDistance, kTile, g);
-      prefetch_tile(a, false, t0 + kPrefetchDistance, kTile, g);
-      load_tile(a, true, t0, n, g, k_rows, d, decode_rows_widest);
-      std::fill(k_rows + size_t(n) * d, k_rows + size_t(kTile) * d, 0.0f);  // a short last tile
-      load_tile(a, false, t0, n, g, v_rows, d, decode_rows_widest);
-      for (int h = 0; h < group; ++h) {
-        const __m512 s = tile_scores(q_group + size_t(h) * d, k_rows, n, d, a.scale);
-        // The whole tile's maximum at once (from -inf: a rescale by 0, of nothing).
-        const Rescale r = raise_max(softmax[h], _mm512_reduce_max_ps(s));
-        rescale[h] = r.needed;
-        correction[h] = r.correction;
-        const __m512 w = exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(softmax[h].max)));
-        _mm512_store_ps(p + h * kTile, w);
-        softmax[h].sum = softmax[h].sum * r.correction + _mm512_reduce_add_ps(w);
-      }
-      for (int h = 0; h < group; h += kHeadsPerPass) {
-        float* acc_h = acc.data() + size_t(h) * d;
-        const float* p_h = p + h * kTile;
-        switch (std::min(kHeadsPerPass, group - h)) {
-          case 4: accumulate_heads<4>(acc_h, d, rescale + h, correction + h, p_h, v_rows, n); break;
-          case 3: accumulate_heads<3>(acc_h, d, rescale + h, correction + h, p_h, v_rows, n); break;
-          case 2: accumulate_heads<2>(acc_h, d, rescale + h, correction + h, p_h, v_rows, n); break;
-          default: accumulate_heads<1>(acc_h, d, rescale + h, correction + h, p_h, v_rows, n); break;
+    std::fill(softmax.begin(), softmax.end(), OnlineSoftmax{});
+    for (int t0 = ref.ctx_begin; t0 < ref.n_ctx; t0 += kTile) {
+      const int n_ref = std::min(kTile, ref.n_ctx - t0);
+      prefetch_tile(ref, true, t0 + kPrefetchDistance, kTile, g);
+      prefetch_tile(ref, false, t0 + kPrefetchDistance, kTile, g);
+      load_tile(ref, true, t0, n_ref, g, k_rows, d, decode_rows_widest);
+      std::fill(k_rows + size_t(n_ref) * d, k_rows + size_t(kTile) * d, 0.0f);  // a short last tile
+      load_tile(ref, false, t0, n_ref, g, v_rows, d, decode_rows_widest);
+      for (int j = 0; j < n_queries; ++j) {
+        const PagedAttentionArgs& a = queries[j];
+        if (t0 >= a.n_ctx) continue;
+        const int n = std::min(kTile, a.n_ctx - t0);
+        const float* tile_k = k_rows;
+        const float* tile_v = v_rows;
+        if (&a != &ref && !reads_as(a, ref, t0, n)) {
+          load_tile(a, true, t0, n, g, own_k, d, decode_rows_widest);
+          std::fill(own_k + size_t(n) * d, own_k + size_t(kTile) * d, 0.0f);
+          load_tile(a, false, t0, n, g, own_v, d, decode_rows_widest);
+          tile_k = own_k;
+          tile_v = own_v;
+        }
+        const float* q_group = a.q + size_t(g) * group * d;
+        OnlineSoftmax* sm = softmax.data() + size_t(j) * group;
+        float* acc_j = acc.data() + size_t(j) * group * d;
+        for (int h = 0; h < group; ++h) {
+          const __m512 s = tile_scores(q_group + size_t(h) * d, tile_k, n, d, a.scale);
+          // The whole tile's maximum at once (from -inf: a rescale by 0, of nothing).
+          const Rescale r = raise_max(sm[h], _mm512_reduce_max_ps(s));
+          rescale[h] = r.needed;
+          correction[h] = r.correction;
+          const __m512 w = exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(sm[h].max)));
+          _mm512_store_ps(p + h * kTile, w);
+          sm[h].sum = sm[h].sum * r.correction + _mm512_reduce_add_ps(w);
+        }
+        for (int h = 0; h < group; h += kHeadsPerPass) {
+          float* acc_h = acc_j + size_t(h) * d;
+          const float* p_h = p + h * kTile;
+          switch (std::min(kHeadsPerPass, group - h)) {
+            case 4: accumulate_heads<4>(acc_h, d, rescale + h, correction + h, p_h, tile_v, n); break;
+            case 3: accumulate_heads<3>(acc_h, d, rescale + h, correction + h, p_h, tile_v, n); break;
+            case 2: accumulate_heads<2>(acc_h, d, rescale + h, correction + h, p_h, tile_v, n); break;
+            default: accumulate_heads<1>(acc_h, d, rescale + h, correction + h, p_h, tile_v, n); break;
+          }
         }
       }
     }
-    for (int h = 0; h < group; ++h) write_head(a, g * group + h, softmax[h], acc.data() + size_t(h) * d);
+    for (int j = 0; j < n_queries; ++j)
+      for (int h = 0; h < group; ++h)
+        write_head(queries[j], g * group + h, softmax[size_t(j) * group + h], acc.data() + (size_t(j) * group + h) * d);
   }
 }
 
@@ -215,7 +269,20 @@ void paged_attention_fast_avx512(const PagedAttentionArgs& a) {
     fail("paged attention: the AVX-512 kernel needs an AVX-512F+FMA+F16C CPU and head_dim % 16 == 0 (head_dim {})",
          a.head_dim);
   }
-  attention_avx512_impl(a);
+  attention_avx512_impl(&a, 1);
+}
+
+void paged_attention_fast_avx512_queries(const PagedAttentionArgs* queries, int n_queries) {
+  for (int j = 0; j < n_queries; ++j) {
+    const PagedAttentionArgs& a = queries[j];
+    check_paged_attention_args(a);
+    if (!paged_attention_fast_avx512_available(a)) {
+      fail("paged attention: the AVX-512 kernel needs an AVX-512F+FMA+F16C CPU and head_dim % 16 == 0 (head_dim {})",
+           a.head_dim);
+    }
+    check_same_sequence(queries[0], a);
+  }
+  if (n_queries > 0) attention_avx512_impl(queries, n_queries);
 }
 
 }  // namespace tq
@@ -228,6 +295,10 @@ bool paged_attention_fast_avx512_available(const PagedAttentionArgs&) { return f
 
 void paged_attention_fast_avx512(const PagedAttentionArgs& a) {
   check_paged_attention_args(a);
+  fail("paged attention: the AVX-512 kernel is not built for this architecture");
+}
+
+void paged_attention_fast_avx512_queries(const PagedAttentionArgs*, int) {
   fail("paged attention: the AVX-512 kernel is not built for this architecture");
 }
 

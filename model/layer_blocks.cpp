@@ -92,6 +92,12 @@ void attend_fp(LayerContext& c, float scale) {
 // token's result is the same whatever else is in the batch.
 constexpr int kAttentionPartRows = 256;
 
+// A prefill chunk's tokens are attended in blocks of up to kQueriesPerBlock consecutive tokens of
+// one sequence (paged_attention_fast_queries decodes each tile of rows once for the block), as
+// long as the block's part outputs fit in kBlockPartBytes per thread.
+constexpr int kQueriesPerBlock = 16;
+constexpr size_t kBlockPartBytes = size_t(4) << 20;
+
 // Every block whose rows a token reads from the windows has its window block: a broken
 // invariant of kv/block_pool.h fails here instead of reading another block's rows.
 void check_window_rows(const LayerContext& c) {
@@ -154,6 +160,19 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
   // thread's buffers, which stay as small as one token's parts. Either way each part is the same
   // kernel call and the parts are combined in the same order, so the result is the same bits.
   const bool spread_parts = n_parts > T && T * n_kv < 4 * omp_get_max_threads();
+  // Blocks of tokens attended together when the parts are not spread: consecutive tokens of one
+  // sequence (the same table, consecutive positions), at most kQueriesPerBlock, part outputs within
+  // kBlockPartBytes. Tokens b of block_first[b] .. block_first[b + 1] - 1.
+  std::vector<int>& block_first = c.buf.query_block_first;
+  block_first.assign(1, 0);
+  for (int t = 1; t < T; ++t) {
+    const int first = block_first.back(), count = t - first;
+    const size_t part_bytes = size_t(count + 1) * (first_part[t + 1] - first_part[t]) * q_dim * sizeof(float);
+    const bool same_run = c.batch.tables[t] == c.batch.tables[t - 1] && c.batch.positions[t] == c.batch.positions[t - 1] + 1;
+    if (!same_run || count >= kQueriesPerBlock || part_bytes > kBlockPartBytes) block_first.push_back(t);
+  }
+  block_first.push_back(T);
+  const int n_blocks = static_cast<int>(block_first.size()) - 1;
   if (spread_parts) {
     c.buf.part_out.resize(size_t(n_parts) * q_dim);
     c.buf.part_max.resize(size_t(n_parts) * m.num_heads);
@@ -222,28 +241,43 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
       }
     } else {
 #pragma omp for schedule(dynamic)
-      for (int item = 0; item < T * n_kv; ++item) {  // (token, KV head) pairs, parts in order
-        const int t = item / n_kv, g = item % n_kv;
-        const int parts = first_part[t + 1] - first_part[t];
-        thread_local std::vector<float> part_out, part_max, part_sum;  // [parts, num_heads (, d)]
-        if (parts > 1) {
-          part_out.resize(size_t(parts) * q_dim);
-          part_max.resize(size_t(parts) * m.num_heads);
-          part_sum.resize(size_t(parts) * m.num_heads);
+      for (int item = 0; item < n_blocks * n_kv; ++item) {  // (block of tokens, KV head) pairs, parts in order
+        const int b = item / n_kv, g = item % n_kv;
+        const int t_begin = block_first[b], t_end = block_first[b + 1], n_tokens = t_end - t_begin;
+        int max_parts = 0;
+        for (int t = t_begin; t < t_end; ++t) max_parts = std::max(max_parts, first_part[t + 1] - first_part[t]);
+        // Token t's part p: slot (t - t_begin) * max_parts + p.
+        thread_local std::vector<float> part_out, part_max, part_sum;  // [slots, num_heads (, d)]
+        thread_local std::vector<PagedAttentionArgs> queries;          // [tokens of the block]
+        if (max_parts > 1) {
+          part_out.resize(size_t(n_tokens) * max_parts * q_dim);
+          part_max.resize(size_t(n_tokens) * max_parts * m.num_heads);
+          part_sum.resize(size_t(n_tokens) * max_parts * m.num_heads);
         }
-        for (int p = 0; p < parts; ++p) {
-          PagedAttentionArgs a =
-              parts == 1 ? part_args(first_part[t], nullptr, nullptr, nullptr)
-                         : part_args(first_part[t] + p, part_out.data() + size_t(p) * q_dim,
-                                     part_max.data() + size_t(p) * m.num_heads, part_sum.data() + size_t(p) * m.num_heads);
-          a.kv_head_begin = g;
-          a.kv_head_end = g + 1;
-          paged_attention_fast(a);
+        for (int p = 0; p < max_parts; ++p) {
+          queries.clear();
+          for (int t = t_begin; t < t_end; ++t) {
+            const int parts = first_part[t + 1] - first_part[t];
+            if (p >= parts) continue;
+            const size_t slot = size_t(t - t_begin) * max_parts + p;
+            PagedAttentionArgs a = parts == 1 ? part_args(first_part[t], nullptr, nullptr, nullptr)
+                                              : part_args(first_part[t] + p, part_out.data() + slot * q_dim,
+                                                          part_max.data() + slot * m.num_heads,
+                                                          part_sum.data() + slot * m.num_heads);
+            a.kv_head_begin = g;
+            a.kv_head_end = g + 1;
+            queries.push_back(a);
+          }
+          paged_attention_fast_queries(queries.data(), static_cast<int>(queries.size()));
         }
-        if (parts > 1) {
-          const size_t h0 = size_t(g) * group;
-          combine_attention_parts(parts, part_out.data() + h0 * d, q_dim, part_max.data() + h0, part_sum.data() + h0,
-                                  m.num_heads, group, d, attn_store + t * q_dim + h0 * d);
+        for (int t = t_begin; t < t_end; ++t) {
+          const int parts = first_part[t + 1] - first_part[t];
+          if (parts == 1) continue;
+          const size_t first_slot = size_t(t - t_begin) * max_parts, h0 = size_t(g) * group;
+          combine_attention_parts(parts, part_out.data() + first_slot * q_dim + h0 * d, q_dim,
+                                  part_max.data() + first_slot * m.num_heads + h0,
+                                  part_sum.data() + first_slot * m.num_heads + h0, m.num_heads, group, d,
+                                  attn_store + t * q_dim + h0 * d);
         }
       }
     }

@@ -27,6 +27,7 @@ struct ForwardBuffers {
   std::vector<float> attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
   std::vector<float> k_exact;     // [T, n_kv_heads * head_dim] k in storage space, unquantized
   std::vector<float> v_exact;     // [T, n_kv_heads * head_dim] (KvQuantOptions::exact_chunk_rows)
+  std::vector<int> query_block_first;  // [blocks + 1] tokens attended together (layer_blocks.cpp)
   std::vector<int> first_part;    // [T + 1] attention parts of a quantized cache: token t's are
   std::vector<float> part_out;    // [parts, n_heads * head_dim]   slots first_part[t] ..
   std::vector<float> part_max;    // [parts, n_heads]              first_part[t + 1] - 1
