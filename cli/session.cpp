@@ -71,6 +71,10 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "full-precision KV layers: the fast kernel over context parts (fast) or the plain loop's "
                   "arithmetic, one position at a time (exact)")
       ->capture_default_str();
+  cmd->add_option("--kv-key-scores", o.kv_key_scores,
+                  "4-bit TurboQuant keys: scores from int8 forms of the query and the codebook with AVX-512 VNNI "
+                  "(int8), or from keys decoded to fp32 (fp32)")
+      ->capture_default_str();
   cmd->add_option("--kv-calibration-file", o.calibration_file,
                   "text whose f32 prefill gives the tq modes' per-head centers and outlier channels")
       ->capture_default_str();
@@ -183,6 +187,9 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   if (o.fp_attention != "fast" && o.fp_attention != "exact")
     fail("--fp-attention '{}' is not one of: fast, exact", o.fp_attention);
   q.exact_fp_attention = o.fp_attention == "exact";
+  if (o.kv_key_scores != "int8" && o.kv_key_scores != "fp32")
+    fail("--kv-key-scores '{}' is not one of: int8, fp32", o.kv_key_scores);
+  q.int8_key_scores = o.kv_key_scores == "int8";
   return q;
 }
 

@@ -68,7 +68,18 @@ void AsyncEngine::loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty() || core_.has_work(); });
+      const auto has_input = [&] { return stopping_ || !inbox_.empty() || !aborts_.empty() || core_.has_work(); };
+#if defined(__GLIBC__)
+      if (trim_owed_ && !wake_.wait_until(lock, last_trim_ + kTrimInterval, has_input)) {
+        // Idle for the rest of the interval since the last trim: pay the one owed.
+        lock.unlock();
+        trim_owed_ = false;
+        malloc_trim(0);
+        last_trim_ = std::chrono::steady_clock::now();
+        continue;
+      }
+#endif
+      wake_.wait(lock, has_input);
       inbox.swap(inbox_);
       aborts.swap(aborts_);
       stopping = stopping_;
@@ -133,11 +144,16 @@ void AsyncEngine::loop() {
 #if defined(__GLIBC__)
       // glibc keeps what a burst of requests freed in its arenas (one per thread, up to 8 per
       // core): give it back to the system, at most once a second, so the idle server's RSS is
-      // what it holds, not its past peak (scripts/soak.py checks that RSS stays flat).
+      // what it holds, not its past peak (scripts/soak.py checks that RSS stays flat). Idle again
+      // within the second, the engine owes a trim and pays it once the second is up, if it is
+      // still idle then: otherwise what the last burst freed stayed resident until the next.
       const auto now = std::chrono::steady_clock::now();
-      if (now - last_trim_ >= std::chrono::seconds(1)) {
+      if (now - last_trim_ >= kTrimInterval) {
         malloc_trim(0);
         last_trim_ = now;
+        trim_owed_ = false;
+      } else {
+        trim_owed_ = true;
       }
 #endif
     }

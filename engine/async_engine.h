@@ -65,6 +65,8 @@ class AsyncEngine {
   EngineStats stats_;
   uint64_t consistency_checks_ = 0, consistency_failures_ = 0;  // engine thread only
   std::chrono::steady_clock::time_point last_trim_{};             // engine thread only
+  bool trim_owed_ = false;                                        // engine thread only
+  static constexpr std::chrono::seconds kTrimInterval{1};
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
 };

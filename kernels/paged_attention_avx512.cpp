@@ -17,6 +17,7 @@
 #include "errors/error.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_rows.h"
+#include "kernels/tq4_key_scores.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit unpack and shuffle intrinsics pass _mm512_undefined_ps() as the unused merge
@@ -179,6 +180,12 @@ inline bool reads_as(const PagedAttentionArgs& a, const PagedAttentionArgs& ref,
   return true;
 }
 
+// Whether query a reads rows t0 .. t0 + n - 1 all from the coded pages `k` (no window, no exact
+// row): what its integer key scores need.
+inline bool coded_tile(const PagedAttentionArgs& a, int t0, int n) {
+  return (a.exact_from < 0 || t0 + n <= a.exact_from) && (!a.windows || (t0 >= a.coded_begin && t0 + n <= a.coded_end));
+}
+
 // Queries q[0 .. n_queries) of one sequence (same pages, heads and ctx_begin; any n_ctx), each
 // with exactly the arithmetic it gets alone: per KV head the context is walked in the same tiles,
 // decoded once for every query that reads the tile's rows as the longest one does (the others,
@@ -200,34 +207,73 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   bool rescale[kMaxGroup];
   std::vector<OnlineSoftmax> softmax(size_t(n_queries) * group);  // [n_queries, group]
   std::vector<float> acc(size_t(n_queries) * group * d);          // [n_queries, group, d]
+  // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
+  // and their factors; a query with a non-finite value in a head is scored in fp32.
+  const bool int8_scores =
+      ref.int8_key_scores && tq4_key_scores_format(ref.k.format) && tq4_key_scores_avx512_available();
+  const Int8Levels levels8 = int8_scores ? int8_levels(ref.k.format.levels) : Int8Levels{};
+  std::vector<int8_t> q8(int8_scores ? size_t(n_queries) * group * d : 0);  // [n_queries, group, d]
+  std::vector<float> factor(int8_scores ? size_t(n_queries) * group : 0);   // [n_queries, group]
+  std::vector<int32_t> q_sum(factor.size());                                // [n_queries, group]
+  std::vector<char> int8_query(n_queries, 0);                               // [n_queries]
+  alignas(64) float s8[kMaxGroup * kTile];                                  // [group, 16]
+  const uint8_t* key_rows[kTile];
   for (int g = ref.kv_head_begin; g < kv_head_end(ref); ++g) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(softmax.begin(), softmax.end(), OnlineSoftmax{});
+    for (int j = 0; int8_scores && j < n_queries; ++j) {
+      const PagedAttentionArgs& a = queries[j];
+      bool ok = a.int8_key_scores;
+      for (int h = 0; ok && h < group; ++h) {
+        const size_t at = size_t(j) * group + h;
+        float q_scale;
+        ok = quantize_query_int8_avx512(a.q + (size_t(g) * group + h) * d, d, q8.data() + at * d, &q_scale, &q_sum[at]);
+        factor[at] = int8_score_factor(q_scale, levels8, a.scale);
+      }
+      int8_query[j] = ok;
+    }
     for (int t0 = ref.ctx_begin; t0 < ref.n_ctx; t0 += kTile) {
       const int n_ref = std::min(kTile, ref.n_ctx - t0);
       prefetch_tile(ref, true, t0 + kPrefetchDistance, kTile, g);
       prefetch_tile(ref, false, t0 + kPrefetchDistance, kTile, g);
-      load_tile(ref, true, t0, n_ref, g, k_rows, d, decode_rows_widest);
-      std::fill(k_rows + size_t(n_ref) * d, k_rows + size_t(kTile) * d, 0.0f);  // a short last tile
+      bool k_decoded = false;  // k_rows holds ref's tile: decoded when a query first scores it in fp32
       load_tile(ref, false, t0, n_ref, g, v_rows, d, decode_rows_widest);
+      if (int8_scores)
+        for (int i = 0; i < n_ref; ++i) {
+          const int t = t0 + i;
+          key_rows[i] = row_ptr(ref.k, ref.block_table[t / ref.block_size], g, t % ref.block_size);
+        }
       for (int j = 0; j < n_queries; ++j) {
         const PagedAttentionArgs& a = queries[j];
         if (t0 >= a.n_ctx) continue;
         const int n = std::min(kTile, a.n_ctx - t0);
+        const bool int8_tile = int8_query[j] && coded_tile(a, t0, n);
         const float* tile_k = k_rows;
         const float* tile_v = v_rows;
         if (&a != &ref && !reads_as(a, ref, t0, n)) {
-          load_tile(a, true, t0, n, g, own_k, d, decode_rows_widest);
-          std::fill(own_k + size_t(n) * d, own_k + size_t(kTile) * d, 0.0f);
+          if (!int8_tile) {
+            load_tile(a, true, t0, n, g, own_k, d, decode_rows_widest);
+            std::fill(own_k + size_t(n) * d, own_k + size_t(kTile) * d, 0.0f);
+            tile_k = own_k;
+          }
           load_tile(a, false, t0, n, g, own_v, d, decode_rows_widest);
-          tile_k = own_k;
           tile_v = own_v;
+        } else if (!int8_tile && !k_decoded) {
+          load_tile(ref, true, t0, n_ref, g, k_rows, d, decode_rows_widest);
+          std::fill(k_rows + size_t(n_ref) * d, k_rows + size_t(kTile) * d, 0.0f);  // a short last tile
+          k_decoded = true;
+        }
+        if (int8_tile) {
+          const size_t at = size_t(j) * group;
+          tq4_key_scores_avx512(ref.k.format, key_rows, n, q8.data() + at * d, q_sum.data() + at, factor.data() + at, group,
+                                levels8, s8);
         }
         const float* q_group = a.q + size_t(g) * group * d;
         OnlineSoftmax* sm = softmax.data() + size_t(j) * group;
         float* acc_j = acc.data() + size_t(j) * group * d;
         for (int h = 0; h < group; ++h) {
-          const __m512 s = tile_scores(q_group + size_t(h) * d, tile_k, n, d, a.scale);
+          const __m512 s =
+              int8_tile ? _mm512_load_ps(s8 + h * kTile) : tile_scores(q_group + size_t(h) * d, tile_k, n, d, a.scale);
           // The whole tile's maximum at once (from -inf: a rescale by 0, of nothing).
           const Rescale r = raise_max(sm[h], _mm512_reduce_max_ps(s));
           rescale[h] = r.needed;

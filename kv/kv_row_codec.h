@@ -42,6 +42,10 @@ struct KvQuantOptions {
   // order is fixed per output too, so every invariance holds, and it keeps both threads busy on
   // one long sequence; the exact one reproduces the FP path's logits of before it existed.
   bool exact_fp_attention = false;
+  // Whether 4-bit TurboQuant keys are scored in integer arithmetic (the query head and the
+  // codebook in int8, exact dot products: kernels/tq4_key_scores.h) where the CPU has AVX-512 VNNI,
+  // instead of decoding each key to fp32 first. docs/FIDELITY.md and docs/BENCHMARKS.md measure both.
+  bool int8_key_scores = true;
 };
 
 // Split dtypes: per layer and KV head, a permutation of [0, head_dim) whose first half is the

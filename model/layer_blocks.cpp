@@ -187,6 +187,7 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
     PagedAttentionArgs a = attention_args(c, t, q_store + t * q_dim, scale, out);
     a.k = k_pages;
     a.v = v_pages;
+    a.int8_key_scores = c.cache.options().int8_key_scores;
     if (use_windows) {  // which rows t reads at full precision depends on its position alone
       a.windows = true;
       a.window_k = k_window;

@@ -30,8 +30,9 @@ struct Chunk {
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
-void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, const Chunk& c, std::mt19937& rng) {
-  SCOPED_TRACE("k=" + spec_name(ks) + " v=" + spec_name(vs) + " d=" + std::to_string(d) + " first=" +
+void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, const Chunk& c, std::mt19937& rng,
+                 bool int8_key_scores = false) {
+  SCOPED_TRACE("int8 scores=" + std::to_string(int8_key_scores) + " k=" + spec_name(ks) + " v=" + spec_name(vs) + " d=" + std::to_string(d) + " first=" +
                std::to_string(c.first) + " tokens=" + std::to_string(c.tokens) + " windows=" + std::to_string(c.sink) +
                "+" + std::to_string(c.recent) + " exact=" + std::to_string(c.exact) + " parts=" + std::to_string(c.part_rows));
   const int n_q = n_kv * group, n_ctx = c.first + c.tokens;
@@ -52,6 +53,7 @@ void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, con
     const size_t slot = size_t(j) * parts_of_last + part;
     PagedAttentionArgs a = make_args(p, q.data() + size_t(j) * n_q * d, n_q, (joint ? together : alone).data() + slot * out_size);
     a.n_ctx = c.first + j + 1;
+    a.int8_key_scores = int8_key_scores;
     if (c.sink > 0 || c.recent > 0) {
       a.windows = true;
       a.window_k = w.k;
@@ -109,6 +111,7 @@ TEST(CodedAttention, QueriesTogetherGiveEachQuerysOwnBits) {
       for (const auto& [d, group] : std::vector<std::pair<int, int>>{{64, 3}, {128, 1}, {32, 5}}) {
         if (!spec_fits(ks, d) || !spec_fits(vs, d)) continue;
         check_chunk(ks, vs, d, 2, group, c, rng);
+        if (ks.codec == RowCodec::TQ && ks.bits == 4) check_chunk(ks, vs, d, 2, group, c, rng, true);
       }
 }
 

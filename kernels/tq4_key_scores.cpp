@@ -1,0 +1,240 @@
+// Integer scores of 4-bit TurboQuant key rows (kernels/tq4_key_scores.h): the scalar reference and
+// the AVX-512 VNNI scorer, which gives its results bit for bit (the dot products are exact
+// integers; the fp32 scaling is the same two products in the same order).
+#include "kernels/tq4_key_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "errors/error.h"
+#include "kernels/dequantize.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's 512-bit broadcast, insert and unpack intrinsics pass an undefined vector as the unused
+// merge source, which -W(maybe-)uninitialized reports once they are inlined under a target attribute.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+namespace tq {
+namespace {
+
+// A row's scale, after its d/2 code bytes: fp16 or fp32 (kernels/tq_packing.h).
+float row_scale(const CodedRowFormat& f, const uint8_t* row) {
+  const uint8_t* p = row + f.dim / 2;
+  if (f.f16_scale) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof h);
+    return fp16_to_fp32(h);
+  }
+  float s;
+  std::memcpy(&s, p, sizeof s);
+  return s;
+}
+
+// Nearest, ties to even (the default rounding mode, as cvtps2dq rounds).
+int8_t round_to_int8(float x) { return static_cast<int8_t>(std::clamp(std::nearbyint(x), -127.0f, 127.0f)); }
+
+}  // namespace
+
+Int8Levels int8_levels(const float* levels) {
+  Int8Levels out;
+  float top = 0;
+  for (int k = 0; k < 16; ++k) top = std::max(top, std::fabs(levels[k]));
+  out.scale = top / 127.0f;
+  for (int k = 0; k < 16; ++k) out.c8[k] = top > 0 ? round_to_int8(levels[k] / out.scale) : 0;
+  return out;
+}
+
+bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
+  float top = 0;
+  for (int j = 0; j < d; ++j) {
+    if (!std::isfinite(q[j])) return false;
+    top = std::max(top, std::fabs(q[j]));
+  }
+  *scale = top / 127.0f;
+  const float inverse = top > 0 ? 127.0f / top : 0.0f;
+  *sum = 0;
+  for (int j = 0; j < d; ++j) {
+    q8[j] = round_to_int8(q[j] * inverse);
+    *sum += q8[j];
+  }
+  return true;
+}
+
+bool tq4_key_scores_format(const CodedRowFormat& f) {
+  return f.codec == RowCodec::TQ && f.bits == 4 && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) &&
+         f.levels != nullptr;
+}
+
+float tq4_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
+                           const Int8Levels& levels) {
+  const int half = f.dim / 2;
+  int32_t dot = 0;
+  for (int c = 0; c < half; ++c) {  // byte c = idx[c] | idx[c + d/2] << 4
+    dot += int32_t{levels.c8[row[c] & 15]} * q8[c];
+    dot += int32_t{levels.c8[row[c] >> 4]} * q8[c + half];
+  }
+  return static_cast<float>(dot) * factor * row_scale(f, row);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+
+namespace {
+
+#define TQ_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,f16c")))
+
+// Lane i = the sum of the 8 lanes of row i, where rows 2p and 2p + 1 are the low and high 256
+// bits of v[p]: the pairs and quads of the transposing reduction leave the rows in the order
+// 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15, which one permutation puts right.
+TQ_VNNI __m512i row_sums(const __m512i v[8]) {
+  __m512i t[4], u[2];
+  for (int k = 0; k < 4; ++k)
+    t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  for (int m = 0; m < 2; ++m)
+    u[m] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * m], t[2 * m + 1]), _mm512_unpackhi_epi64(t[2 * m], t[2 * m + 1]));
+  const __m512i w = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i row_order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  return _mm512_permutexvar_epi32(row_order, w);
+}
+
+// quantize_query_int8, 16 lanes at a time (d % 16 == 0): the same maximum, product and rounding.
+TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
+  __m512 top = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int j = 0; j < d; j += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(q + j));
+    finite &= _mm512_cmp_ps_mask(a, infinity, _CMP_LT_OQ);  // false for inf and NaN
+    top = _mm512_max_ps(top, a);
+  }
+  if (finite != 0xFFFF) return false;
+  const float t = _mm512_reduce_max_ps(top);
+  *scale = t / 127.0f;
+  const __m512 inverse = _mm512_set1_ps(t > 0 ? 127.0f / t : 0.0f);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  __m512i total = _mm512_setzero_si512();
+  for (int j = 0; j < d; j += 16) {
+    const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(q + j), inverse), lo), hi);
+    const __m512i v = _mm512_cvtps_epi32(x);
+    total = _mm512_add_epi32(total, v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + j), _mm512_cvtepi32_epi8(v));
+  }
+  *sum = _mm512_reduce_add_epi32(total);
+  return true;
+}
+
+// The rows' scales in 16 lanes (0 past n): fp16 ones converted by F16C, exactly as fp16_to_fp32.
+TQ_VNNI __m512 row_scales(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n) {
+  const int at = f.dim / 2;
+  if (f.f16_scale) {
+    alignas(32) uint16_t h[kInt8ScoreTile] = {};
+    for (int i = 0; i < n; ++i) std::memcpy(h + i, rows[i] + at, sizeof(uint16_t));
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+  }
+  alignas(64) float s[kInt8ScoreTile] = {};
+  for (int i = 0; i < n; ++i) std::memcpy(s + i, rows[i] + at, sizeof(float));
+  return _mm512_load_ps(s);
+}
+
+// CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
+// coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h).
+template <int CHUNKS>
+TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                           const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                           const Int8Levels& levels, float* scores) {
+  static const uint8_t kZeroRow[256] = {};
+  constexpr int d = 64 * CHUNKS, half = d / 2;
+  const uint8_t* r[kInt8ScoreTile];
+  for (int i = 0; i < kInt8ScoreTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
+  // The levels as unsigned bytes c8 + 128 (vpdpbusd multiplies unsigned by signed bytes); each
+  // head's dot product then exceeds the signed one by 128 * sum_j q8[j], taken off below.
+  alignas(16) uint8_t table[16];
+  for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // codes[p][c][0 / 1]: rows 2p and 2p + 1's chunk c (low 256 bits row 2p), low and high
+  // nibbles, as table bytes.
+  __m512i codes[kInt8ScoreTile / 2][CHUNKS][2];
+#pragma GCC unroll 8
+  for (int p = 0; p < kInt8ScoreTile / 2; ++p)
+#pragma GCC unroll 8
+    for (int c = 0; c < CHUNKS; ++c) {
+      const __m512i x = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p] + 32 * c))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p + 1] + 32 * c)), 1);
+      codes[p][c][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
+      codes[p][c][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
+    }
+  const __m512 row_scale_v = row_scales(f, rows, n);
+  const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+  for (int h = 0; h < heads; ++h) {
+    const int8_t* qh = q8 + size_t(h) * d;
+    __m512i qv[CHUNKS][2];
+#pragma GCC unroll 8
+    for (int c = 0; c < CHUNKS; ++c) {
+      qv[c][0] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * c)));
+      qv[c][1] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + half + 32 * c)));
+    }
+    __m512i pair[kInt8ScoreTile / 2];
+#pragma GCC unroll 8
+    for (int p = 0; p < kInt8ScoreTile / 2; ++p) {
+      __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int c = 0; c < CHUNKS; ++c) {
+        acc = _mm512_dpbusd_epi32(acc, codes[p][c][0], qv[c][0]);
+        acc = _mm512_dpbusd_epi32(acc, codes[p][c][1], qv[c][1]);
+      }
+      pair[p] = acc;
+    }
+    const __m512i dot = _mm512_sub_epi32(row_sums(pair), _mm512_set1_epi32(128 * q_sum[h]));
+    const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(factor[h])), row_scale_v);
+    _mm512_storeu_ps(scores + size_t(h) * kInt8ScoreTile,
+                     _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, s));
+  }
+}
+
+}  // namespace
+
+bool tq4_key_scores_avx512_available() {
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  return cpu;
+}
+
+void tq4_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                           const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                           const Int8Levels& levels, float* scores) {
+  switch (f.dim) {
+    case 64: return scores_avx512<1>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    case 128: return scores_avx512<2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    case 256: return scores_avx512<4>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    default: return scores_avx512<8>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+  }
+}
+
+bool quantize_query_int8_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
+  if (!tq4_key_scores_avx512_available() || d % 16 != 0) fail("int8 query: needs an AVX-512 VNNI CPU and d % 16 == 0");
+  return quantize_avx512(q, d, q8, scale, sum);
+}
+
+#else
+
+bool tq4_key_scores_avx512_available() { return false; }
+
+bool quantize_query_int8_avx512(const float*, int, int8_t*, float*, int32_t*) {
+  fail("int8 query: the AVX-512 quantizer is not built for this architecture");
+}
+
+void tq4_key_scores_avx512(const CodedRowFormat&, const uint8_t* const*, int, const int8_t*, const int32_t*,
+                           const float*, int, const Int8Levels&, float*) {
+  fail("tq4 key scores: the AVX-512 scorer is not built for this architecture");
+}
+
+#endif
+
+}  // namespace tq

@@ -1,0 +1,225 @@
+// Integer scores of 4-bit TurboQuant key rows (kernels/tq4_key_scores.h): the AVX-512 VNNI scorer
+// gives the scalar reference's scores bit for bit; the reference is the fp32 score of the int8
+// query against the int8 levels (checked in double precision); and the attention kernel with
+// int8_key_scores is softmax attention over exactly those int8 forms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "errors/error.h"
+#include "kernels/dequantize.h"
+#include "kernels/paged_attention.h"
+#include "kernels/tq4_key_scores.h"
+#include "support/coded_pages_support.h"
+
+namespace tq {
+namespace {
+
+using namespace coded_test;
+
+// n rows of random codes and a random positive scale (fp16 or fp32), `stride` bytes apart.
+std::vector<uint8_t> random_rows(const CodedRowFormat& f, int n, size_t stride, std::mt19937& rng) {
+  std::vector<uint8_t> bytes(n * stride, 0x5A);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.2f, 3.0f);
+  for (int i = 0; i < n; ++i) {
+    uint8_t* row = bytes.data() + i * stride;
+    for (int c = 0; c < f.dim / 2; ++c) row[c] = static_cast<uint8_t>(byte(rng));
+    const float s = scale(rng);
+    if (f.f16_scale) {
+      const uint16_t h = fp32_to_fp16(s);
+      std::memcpy(row + f.dim / 2, &h, 2);
+    } else {
+      std::memcpy(row + f.dim / 2, &s, 4);
+    }
+  }
+  return bytes;
+}
+
+TEST(Tq4KeyScores, QueryAndLevelsInInt8) {
+  std::vector<float> q = {0.5f, -2.0f, 1.0f, 0.0f};
+  std::vector<int8_t> q8(4);
+  float scale = 0;
+  int32_t sum = 0;
+  ASSERT_TRUE(quantize_query_int8(q.data(), 4, q8.data(), &scale, &sum));
+  EXPECT_FLOAT_EQ(scale, 2.0f / 127);
+  EXPECT_EQ(sum, q8[0] + q8[1] + q8[2] + q8[3]);
+  EXPECT_EQ(q8[1], -127);
+  EXPECT_EQ(q8[2], 64);  // 63.5 to even
+  EXPECT_EQ(q8[3], 0);
+  std::vector<float> zeros(4, 0.0f);
+  ASSERT_TRUE(quantize_query_int8(zeros.data(), 4, q8.data(), &scale, &sum));
+  EXPECT_EQ(scale, 0.0f);
+  EXPECT_EQ(q8, std::vector<int8_t>(4, 0));
+  q[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(quantize_query_int8(q.data(), 4, q8.data(), &scale, &sum));
+  q[0] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(quantize_query_int8(q.data(), 4, q8.data(), &scale, &sum));
+
+  const Int8Levels l = int8_levels(codebook_for(64, 4).centroids.data());
+  int top = 0;
+  for (int k = 0; k < 16; ++k) {
+    top = std::max(top, std::abs(int{l.c8[k]}));
+    EXPECT_NEAR(l.c8[k] * l.scale, codebook_for(64, 4).centroids[k], 0.5f * l.scale + 1e-7f);
+  }
+  EXPECT_EQ(top, 127);
+}
+
+TEST(Tq4KeyScores, Avx512QuantizerIsBitIdenticalToScalar) {
+  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(3);
+  for (int d : {16, 64, 128, 512})
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> q = random_vec(d, rng, trial % 2 ? 0.01f : 3.0f);
+      if (trial == 1) std::fill(q.begin(), q.end(), 0.0f);
+      if (trial == 2)  // ties: x * 127 / top lands on k + 0.5
+        for (int j = 0; j < d; ++j) q[j] = (j == 0 ? 127.0f : float(j % 40) + 0.5f) * (j % 3 ? 1 : -1);
+      if (trial == 3) q[d - 1] = std::numeric_limits<float>::quiet_NaN();
+      if (trial == 4) q[d / 2] = -std::numeric_limits<float>::infinity();
+      std::vector<int8_t> a(d, 1), b(d, 2);
+      float sa = -1, sb = -2;
+      int32_t ta = -1, tb = -2;
+      const bool oa = quantize_query_int8(q.data(), d, a.data(), &sa, &ta);
+      const bool ob = quantize_query_int8_avx512(q.data(), d, b.data(), &sb, &tb);
+      ASSERT_EQ(oa, ob) << "d=" << d << " trial " << trial;
+      if (!oa) continue;
+      EXPECT_EQ(a, b) << "d=" << d << " trial " << trial;
+      EXPECT_EQ(std::memcmp(&sa, &sb, sizeof sa), 0);
+      EXPECT_EQ(ta, tb);
+    }
+}
+
+TEST(Tq4KeyScores, ScalarIsTheScoreOfTheInt8Forms) {
+  std::mt19937 rng(11);
+  for (int d : {64, 128}) {
+    CodedRowFormat f = format_for(kTq4, d);
+    ASSERT_TRUE(tq4_key_scores_format(f));
+    const Int8Levels l = int8_levels(f.levels);
+    const size_t stride = d / 2 + 4;
+    const std::vector<uint8_t> rows = random_rows(f, 20, stride, rng);
+    const std::vector<float> q = random_vec(d, rng, 1.3f);
+    std::vector<int8_t> q8(d);
+    float q_scale = 0;
+    int32_t q_sum = 0;
+    ASSERT_TRUE(quantize_query_int8(q.data(), d, q8.data(), &q_scale, &q_sum));
+    const float attention_scale = 1.0f / std::sqrt(float(d));
+    const float factor = int8_score_factor(q_scale, l, attention_scale);
+    for (int i = 0; i < 20; ++i) {
+      const uint8_t* row = rows.data() + i * stride;
+      float row_scale;
+      std::memcpy(&row_scale, row + d / 2, 4);
+      double want = 0, mag = 0;
+      for (int j = 0; j < d; ++j) {
+        const int idx = j < d / 2 ? row[j] & 15 : row[j - d / 2] >> 4;
+        const double term = double(q8[j]) * q_scale * double(l.c8[idx]) * l.scale * row_scale * attention_scale;
+        want += term;
+        mag += std::fabs(term);
+      }
+      EXPECT_NEAR(tq4_key_score_scalar(f, row, q8.data(), factor, l), want, 1e-6 * mag + 1e-12);
+    }
+  }
+}
+
+TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
+  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(5);
+  int cases = 0;
+  for (int d : {64, 128, 256, 512})
+    for (bool f16 : {false, true})
+      for (int heads : {1, 3})
+        for (int n : {1, 5, 16}) {
+          SCOPED_TRACE("d=" + std::to_string(d) + " f16=" + std::to_string(f16) + " heads=" + std::to_string(heads) +
+                       " n=" + std::to_string(n));
+          CodedRowFormat f = format_for(kTq4, d);
+          f.f16_scale = f16;
+          const Int8Levels l = int8_levels(f.levels);
+          const size_t stride = d / 2 + (f16 ? 2 : 4) + 7;  // rows apart, not packed
+          const std::vector<uint8_t> bytes = random_rows(f, n, stride, rng);
+          const uint8_t* rows[kInt8ScoreTile] = {};
+          for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
+          std::vector<int8_t> q8(size_t(heads) * d);
+          std::vector<float> factor(heads);
+          std::vector<int32_t> q_sum(heads);
+          for (int h = 0; h < heads; ++h) {
+            const std::vector<float> q = random_vec(d, rng, 2.0f);
+            float q_scale;
+            ASSERT_TRUE(quantize_query_int8(q.data(), d, q8.data() + h * d, &q_scale, &q_sum[h]));
+            factor[h] = int8_score_factor(q_scale, l, 0.125f);
+          }
+          std::vector<float> scores(size_t(heads) * kInt8ScoreTile, 7.0f);
+          tq4_key_scores_avx512(f, rows, n, q8.data(), q_sum.data(), factor.data(), heads, l, scores.data());
+          for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < kInt8ScoreTile; ++i) {
+              const float got = scores[h * kInt8ScoreTile + i];
+              if (i >= n) {
+                EXPECT_EQ(got, -std::numeric_limits<float>::infinity());
+                continue;
+              }
+              const float want = tq4_key_score_scalar(f, rows[i], q8.data() + h * d, factor[h], l);
+              EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "head " << h << " row " << i << ": " << got
+                                                                 << " against " << want;
+            }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 48);
+  EXPECT_FALSE(tq4_key_scores_format(format_for(kTq3, 64)));
+  EXPECT_FALSE(tq4_key_scores_format(format_for(kTq4, 192)));
+  EXPECT_FALSE(tq4_key_scores_format(format_for(kQ4, 64)));
+}
+
+// The kernel with int8_key_scores against softmax attention in double precision over the int8
+// forms: each query head as quantize_query_int8 gives it, each key row as its scale times the int8
+// levels. Tiles with window rows are scored in fp32 (and the whole result is held to the same
+// reference, whose error at those rows is the int8 one: within the bound below).
+TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
+  std::mt19937 rng(77);
+  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  int cases = 0;
+  for (int d : {64, 128})
+    for (int group : {1, 3, 4})
+      for (int n_ctx : {1, 37, 300}) {
+        SCOPED_TRACE("d=" + std::to_string(d) + " group=" + std::to_string(group) + " n_ctx=" + std::to_string(n_ctx));
+        const int n_kv = 2, n_q = n_kv * group;
+        const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, kTq4, kF16, rng);
+        const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+        std::vector<float> fp32(size_t(n_q) * d), int8(fp32.size(), -3.0f), ref(fp32.size());
+        PagedAttentionArgs a = make_args(p, q.data(), n_q, int8.data());
+        ASSERT_TRUE(paged_attention_fast_avx512_available(a));
+        a.int8_key_scores = true;
+        paged_attention_fast(a);
+        paged_attention_fast(make_args(p, q.data(), n_q, fp32.data()));
+        // The int8 forms.
+        const Int8Levels l = int8_levels(p.k.format.levels);
+        float levels8[16];
+        for (int k = 0; k < 16; ++k) levels8[k] = l.c8[k] * l.scale;
+        CodedRowFormat f8 = p.k.format;
+        f8.levels = levels8;
+        std::vector<float> q_int8(q.size()), k_int8(p.k_dec.size());
+        for (int h = 0; h < n_q; ++h) {
+          int8_t q8[512];
+          float q_scale;
+          int32_t q_sum;
+          ASSERT_TRUE(quantize_query_int8(q.data() + h * d, d, q8, &q_scale, &q_sum));
+          for (int j = 0; j < d; ++j) q_int8[h * d + j] = q8[j] * q_scale;
+        }
+        for (int t = 0; t < n_ctx; ++t)
+          for (int g = 0; g < n_kv; ++g) {
+            const uint8_t* row = p.k_pages.data() + p.block_table[t / p.block_size] * p.k.block_stride +
+                                 g * p.k.head_stride + (t % p.block_size) * p.k.row_stride;
+            decode_coded_row_scalar(f8, row, k_int8.data() + (size_t(t) * n_kv + g) * d);
+          }
+        attention_reference(q_int8.data(), k_int8.data(), p.v_dec.data(), n_q, n_kv, d, n_ctx, a.scale, ref.data());
+        EXPECT_LE(relative_diff(int8, ref), 1e-5f);
+        if (n_ctx > 1) EXPECT_NE(int8, fp32);  // the flag is honoured
+        EXPECT_LE(relative_diff(int8, fp32), 0.05f);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 18);
+}
+
+}  // namespace
+}  // namespace tq
