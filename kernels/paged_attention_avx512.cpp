@@ -205,17 +205,27 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   alignas(64) float p[kMaxGroup * kTile];                                       // [group, 16]
   float correction[kMaxGroup];
   bool rescale[kMaxGroup];
-  std::vector<OnlineSoftmax> softmax(size_t(n_queries) * group);  // [n_queries, group]
-  std::vector<float> acc(size_t(n_queries) * group * d);          // [n_queries, group, d]
+  // Per-thread buffers, grown to the largest call: a decode step calls the kernel once per part
+  // and KV head range of every layer, and a heap allocation per buffer per call showed in profiles.
+  thread_local std::vector<OnlineSoftmax> softmax;  // [n_queries, group]
+  thread_local std::vector<float> acc;              // [n_queries, group, d]
+  softmax.resize(size_t(n_queries) * group);
+  acc.resize(size_t(n_queries) * group * d);
   // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
   // and their factors; a query with a non-finite value in a head is scored in fp32.
   const bool int8_scores =
       ref.int8_key_scores && tq4_key_scores_format(ref.k.format) && tq4_key_scores_avx512_available();
   const Int8Levels levels8 = int8_scores ? int8_levels(ref.k.format.levels) : Int8Levels{};
-  std::vector<int8_t> q8(int8_scores ? size_t(n_queries) * group * d : 0);  // [n_queries, group, d]
-  std::vector<float> factor(int8_scores ? size_t(n_queries) * group : 0);   // [n_queries, group]
-  std::vector<int32_t> q_sum(factor.size());                                // [n_queries, group]
-  std::vector<char> int8_query(n_queries, 0);                               // [n_queries]
+  thread_local std::vector<int8_t> q8;          // [n_queries, group, d]
+  thread_local std::vector<float> factor;       // [n_queries, group]
+  thread_local std::vector<int32_t> q_sum;      // [n_queries, group]
+  thread_local std::vector<char> int8_query;    // [n_queries]
+  if (int8_scores) {
+    q8.resize(size_t(n_queries) * group * d);
+    factor.resize(size_t(n_queries) * group);
+    q_sum.resize(size_t(n_queries) * group);
+  }
+  int8_query.assign(n_queries, 0);
   alignas(64) float s8[kMaxGroup * kTile];                                  // [group, 16]
   const uint8_t* key_rows[kTile];
   for (int g = ref.kv_head_begin; g < kv_head_end(ref); ++g) {
