@@ -73,9 +73,12 @@ void check_same_sequence(const PagedAttentionArgs& a, const PagedAttentionArgs& 
                     same_pages(a.v, b.v) && a.windows == b.windows &&
                     (!a.windows || (same_pages(a.window_k, b.window_k) && same_pages(a.window_v, b.window_v))) &&
                     a.kv_head_begin == b.kv_head_begin && kv_head_end(a) == kv_head_end(b) &&
-                    a.ctx_begin == b.ctx_begin;
+                    a.ctx_begin == b.ctx_begin && a.int8_key_scores == b.int8_key_scores &&
+                    a.k.format.bits == b.k.format.bits && a.k.format.levels == b.k.format.levels &&
+                    a.k.format.f16_scale == b.k.format.f16_scale;
   if (!same)
-    fail("paged attention: queries computed together must share their sequence's pages, heads and first position");
+    fail("paged attention: queries computed together must share their sequence's pages, heads, first position "
+         "and key scoring");
 }
 
 void paged_attention_fast_queries(const PagedAttentionArgs* queries, int n_queries) {

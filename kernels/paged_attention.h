@@ -85,7 +85,8 @@ struct PagedAttentionArgs {
   // each query head and the codebook in int8, exact integer dot products). Honoured by the AVX-512
   // kernel on a CPU with VNNI, for the tiles of 16 positions a query reads wholly from the coded
   // pages `k` (a tile with window or exact rows is scored in fp32); which tiles those are depends
-  // on the query's position and ctx_begin only, so a result still never depends on the batch.
+  // on the query's own arguments (position, windows, ctx_begin; exact_from with exact chunk rows,
+  // a mode that depends on chunking anyway), so a result never depends on the batch.
   bool int8_key_scores = false;
 };
 

@@ -55,8 +55,9 @@ bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_
     if (!std::isfinite(q[j])) return false;
     top = std::max(top, std::fabs(q[j]));
   }
-  *scale = top / 127.0f;
   const float inverse = top > 0 ? 127.0f / top : 0.0f;
+  if (!std::isfinite(inverse)) return false;  // top below 127 / FLT_MAX: scored in fp32
+  *scale = top / 127.0f;
   *sum = 0;
   for (int j = 0; j < d; ++j) {
     q8[j] = round_to_int8(q[j] * inverse);
@@ -114,8 +115,10 @@ TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, in
   }
   if (finite != 0xFFFF) return false;
   const float t = _mm512_reduce_max_ps(top);
+  const float inverse_value = t > 0 ? 127.0f / t : 0.0f;
+  if (!std::isfinite(inverse_value)) return false;
   *scale = t / 127.0f;
-  const __m512 inverse = _mm512_set1_ps(t > 0 ? 127.0f / t : 0.0f);
+  const __m512 inverse = _mm512_set1_ps(inverse_value);
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   __m512i total = _mm512_setzero_si512();
   for (int j = 0; j < d; j += 16) {

@@ -30,7 +30,8 @@ struct Int8Levels {
 Int8Levels int8_levels(const float* levels);  // levels: [16]
 
 // One query head in int8: q_j = q8[j] * scale; *sum = sum_j q8[j] (the scorer's offset). Fails
-// (returns false) when q holds a non-finite value: such a query is scored in fp32.
+// (returns false) when q holds a non-finite value or its largest magnitude is so small (below
+// 127 / FLT_MAX) that 127 / max overflows: such a query is scored in fp32.
 bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_t* sum);
 // The same, bit for bit, with AVX-512 (tq4_key_scores_avx512_available; d % 16 == 0).
 bool quantize_query_int8_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum);

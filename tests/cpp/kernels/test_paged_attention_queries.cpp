@@ -127,6 +127,9 @@ TEST(CodedAttention, QueriesOfDifferentSequencesAreRefused) {
   a[1] = make_args(p, q.data(), 1, out.data() + d);
   a[1].ctx_begin = 3;
   EXPECT_THROW(paged_attention_fast_avx512_queries(a, 2), Error);
+  a[1] = make_args(p, q.data(), 1, out.data() + d);
+  a[1].int8_key_scores = true;  // one scored in int8, the other in fp32: not one computation
+  EXPECT_THROW(paged_attention_fast_avx512_queries(a, 2), Error);
 }
 
 }  // namespace

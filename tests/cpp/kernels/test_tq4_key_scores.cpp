@@ -80,12 +80,21 @@ TEST(Tq4KeyScores, Avx512QuantizerIsBitIdenticalToScalar) {
         for (int j = 0; j < d; ++j) q[j] = (j == 0 ? 127.0f : float(j % 40) + 0.5f) * (j % 3 ? 1 : -1);
       if (trial == 3) q[d - 1] = std::numeric_limits<float>::quiet_NaN();
       if (trial == 4) q[d / 2] = -std::numeric_limits<float>::infinity();
+      if (trial == 5) std::fill(q.begin(), q.end(), -0.0f);
+      if (trial == 6) q[0] = 2e-37f;  // the largest magnitude: 127 / it overflows
+      if (trial == 6)
+        for (int j = 1; j < d; ++j) q[j] = 1e-38f * (j % 3);
+      if (trial == 7)
+        for (int j = 0; j < d; ++j) q[j] = 3e38f * (j % 2 ? 1 : -0.7f);
+      if (trial == 8)
+        for (int j = 0; j < d; ++j) q[j] = 1e-40f * j;  // denormals with a normal... none: all denormal
       std::vector<int8_t> a(d, 1), b(d, 2);
       float sa = -1, sb = -2;
       int32_t ta = -1, tb = -2;
       const bool oa = quantize_query_int8(q.data(), d, a.data(), &sa, &ta);
       const bool ob = quantize_query_int8_avx512(q.data(), d, b.data(), &sb, &tb);
       ASSERT_EQ(oa, ob) << "d=" << d << " trial " << trial;
+      if (trial == 3 || trial == 4 || trial == 6 || trial == 8) EXPECT_FALSE(oa) << "d=" << d << " trial " << trial;
       if (!oa) continue;
       EXPECT_EQ(a, b) << "d=" << d << " trial " << trial;
       EXPECT_EQ(std::memcmp(&sa, &sb, sizeof sa), 0);
@@ -173,8 +182,7 @@ TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
 
 // The kernel with int8_key_scores against softmax attention in double precision over the int8
 // forms: each query head as quantize_query_int8 gives it, each key row as its scale times the int8
-// levels. Tiles with window rows are scored in fp32 (and the whole result is held to the same
-// reference, whose error at those rows is the int8 one: within the bound below).
+// levels (no windows or exact rows here: WindowAndExactRowsKeepFp32Scores covers them).
 TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
   std::mt19937 rng(77);
   if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
@@ -219,6 +227,133 @@ TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
         ++cases;
       }
   EXPECT_EQ(cases, 18);
+}
+
+// Softmax attention in double precision of one query head against rows each with its own query
+// form: row t's score is q_row[t] . k[t] * scale.
+std::vector<double> attention_per_row(const std::vector<const float*>& q_row, const std::vector<const float*>& k,
+                                      const std::vector<const float*>& v, int d, double scale) {
+  const size_t n = k.size();
+  std::vector<double> s(n), out(d, 0.0);
+  double top = -1e300, sum = 0;
+  for (size_t t = 0; t < n; ++t) {
+    double dot = 0;
+    for (int j = 0; j < d; ++j) dot += double(q_row[t][j]) * k[t][j];
+    s[t] = dot * scale;
+    top = std::max(top, s[t]);
+  }
+  for (size_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - top));
+  for (size_t t = 0; t < n; ++t)
+    for (int j = 0; j < d; ++j) out[j] += s[t] * v[t][j] / sum;
+  return out;
+}
+
+// With full-precision windows and exact chunk rows: a tile of 16 positions that a query reads
+// wholly from the coded pages gets int8 scores, any other tile fp32 scores of the rows as they are
+// read (window copies, exact rows, coded rows decoded). Checked against that, row by row, in
+// double precision; and a query none of whose tiles is wholly coded gets the fp32 kernel's bits.
+TEST(Tq4KeyScores, WindowAndExactRowsKeepFp32Scores) {
+  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(2024);
+  const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 200;
+  const Pages p = build_pages(d, n_kv, n_ctx, 16, kTq4, kTq4, rng);
+  const Pages w = build_pages(d, n_kv, n_ctx, 16, kF16, kQ8, rng);
+  std::vector<int32_t> window_of(p.k_pages.size() / p.k.block_stride, -1);
+  for (size_t i = 0; i < p.block_table.size(); ++i) window_of[p.block_table[i]] = w.block_table[i];
+  const int exact_from = 150;
+  const std::vector<float> exact_k = random_vec(size_t(n_ctx - exact_from) * n_kv * d, rng),
+                           exact_v = random_vec(size_t(n_ctx - exact_from) * n_kv * d, rng);
+  const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+  struct Case {
+    int sink, recent;
+    bool exact;
+  };
+  for (const Case& c : {Case{4, 24, false}, Case{5, 40, true}, Case{0, 0, true}, Case{200, 0, false}, Case{0, 200, true}}) {
+    SCOPED_TRACE("sink " + std::to_string(c.sink) + " recent " + std::to_string(c.recent) + " exact " +
+                 std::to_string(c.exact));
+    const auto args = [&](float* out, bool int8) {
+      PagedAttentionArgs a = make_args(p, q.data(), n_q, out);
+      a.int8_key_scores = int8;
+      if (c.sink > 0 || c.recent > 0) {
+        a.windows = true;
+        a.window_k = w.k;
+        a.window_v = w.v;
+        a.window_k.block_map = a.window_v.block_map = window_of.data();
+        a.coded_begin = std::min(c.sink, n_ctx);
+        a.coded_end = std::max(a.coded_begin, n_ctx - c.recent);
+      }
+      if (c.exact) {
+        a.exact_from = exact_from;
+        a.exact_k = exact_k.data();
+        a.exact_v = exact_v.data();
+      }
+      return a;
+    };
+    std::vector<float> int8(size_t(n_q) * d), fp32(int8.size());
+    const PagedAttentionArgs a = args(int8.data(), true);
+    paged_attention_fast(a);
+    paged_attention_fast(args(fp32.data(), false));
+    const auto in_window = [&](int t) { return a.windows && (t < a.coded_begin || t >= a.coded_end); };
+    const auto is_exact = [&](int t) { return c.exact && t >= exact_from; };
+    bool any_coded_tile = false;
+    for (int t0 = 0; t0 < n_ctx; t0 += 16) {
+      bool coded = true;
+      for (int t = t0; t < std::min(t0 + 16, n_ctx); ++t) coded = coded && !in_window(t) && !is_exact(t);
+      any_coded_tile = any_coded_tile || coded;
+    }
+    if (!any_coded_tile) {
+      EXPECT_EQ(std::memcmp(int8.data(), fp32.data(), sizeof(float) * int8.size()), 0);
+      continue;
+    }
+    EXPECT_NE(int8, fp32);
+    // The reference, head by head.
+    const Int8Levels l = int8_levels(p.k.format.levels);
+    float levels8[16];
+    for (int k = 0; k < 16; ++k) levels8[k] = l.c8[k] * l.scale;
+    CodedRowFormat f8 = p.k.format;
+    f8.levels = levels8;
+    std::vector<float> k_int8(p.k_dec.size());
+    for (int t = 0; t < n_ctx; ++t)
+      for (int g = 0; g < n_kv; ++g)
+        decode_coded_row_scalar(f8, p.k_pages.data() + p.block_table[t / 16] * p.k.block_stride + g * p.k.head_stride +
+                                        (t % 16) * p.k.row_stride,
+                                k_int8.data() + (size_t(t) * n_kv + g) * d);
+    float worst = 0, mag = 0;
+    for (int h = 0; h < n_q; ++h) {
+      const int g = h / group;
+      int8_t q8[64];
+      float q_scale;
+      int32_t q_sum;
+      ASSERT_TRUE(quantize_query_int8(q.data() + h * d, d, q8, &q_scale, &q_sum));
+      std::vector<float> q_int8(d);
+      for (int j = 0; j < d; ++j) q_int8[j] = q8[j] * q_scale;
+      std::vector<const float*> q_row(n_ctx), k_row(n_ctx), v_row(n_ctx);
+      for (int t = 0; t < n_ctx; ++t) {
+        const size_t at = (size_t(t) * n_kv + g) * d;
+        const int t0 = t / 16 * 16;
+        bool coded = true;
+        for (int u = t0; u < std::min(t0 + 16, n_ctx); ++u) coded = coded && !in_window(u) && !is_exact(u);
+        if (is_exact(t)) {
+          const size_t e = (size_t(t - exact_from) * n_kv + g) * d;
+          k_row[t] = exact_k.data() + e;
+          v_row[t] = exact_v.data() + e;
+        } else if (in_window(t)) {
+          k_row[t] = w.k_dec.data() + at;
+          v_row[t] = w.v_dec.data() + at;
+        } else {
+          k_row[t] = coded ? k_int8.data() + at : p.k_dec.data() + at;
+          v_row[t] = p.v_dec.data() + at;
+        }
+        q_row[t] = coded ? q_int8.data() : q.data() + h * d;
+      }
+      const std::vector<double> ref = attention_per_row(q_row, k_row, v_row, d, a.scale);
+      for (int j = 0; j < d; ++j) {
+        worst = std::max(worst, float(std::fabs(ref[j] - int8[h * d + j])));
+        mag = std::max(mag, float(std::fabs(ref[j])));
+      }
+    }
+    EXPECT_LE(worst, 1e-5f * mag);
+  }
 }
 
 }  // namespace
