@@ -107,8 +107,9 @@ struct Rescale {
 };
 
 // Raises the maximum to `score` if that is higher. Scaling the running sum is left to the caller:
-// the plain loop rounds sum * correction before adding a weight; the fast kernel adds a tile's
-// weights in the same expression, which may compile to one fused multiply-add.
+// the plain loop rounds sum * correction before adding a weight; the fast kernels add a tile's
+// weights in the same expression (the AVX2 one may fuse it into one multiply-add; the AVX-512
+// one's file is compiled with -ffp-contract=off, so it never does).
 inline Rescale raise_max(OnlineSoftmax& st, float score) {
   const float new_max = std::max(st.max, score);
   const bool needed = new_max > st.max;
