@@ -54,14 +54,7 @@ void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, con
     PagedAttentionArgs a = make_args(p, q.data() + size_t(j) * n_q * d, n_q, (joint ? together : alone).data() + slot * out_size);
     a.n_ctx = c.first + j + 1;
     a.int8_key_scores = int8_key_scores;
-    if (c.sink > 0 || c.recent > 0) {
-      a.windows = true;
-      a.window_k = w.k;
-      a.window_v = w.v;
-      a.window_k.block_map = a.window_v.block_map = window_of.data();
-      a.coded_begin = std::min(c.sink, a.n_ctx);
-      a.coded_end = std::max(a.coded_begin, a.n_ctx - c.recent);
-    }
+    if (c.sink > 0 || c.recent > 0) set_windows(a, w, window_of.data(), c.sink, c.recent);
     if (c.exact) {
       a.exact_from = c.first;
       a.exact_k = exact_k.data();

@@ -274,14 +274,7 @@ TEST(Tq4KeyScores, WindowAndExactRowsKeepFp32Scores) {
     const auto args = [&](float* out, bool int8) {
       PagedAttentionArgs a = make_args(p, q.data(), n_q, out);
       a.int8_key_scores = int8;
-      if (c.sink > 0 || c.recent > 0) {
-        a.windows = true;
-        a.window_k = w.k;
-        a.window_v = w.v;
-        a.window_k.block_map = a.window_v.block_map = window_of.data();
-        a.coded_begin = std::min(c.sink, n_ctx);
-        a.coded_end = std::max(a.coded_begin, n_ctx - c.recent);
-      }
+      if (c.sink > 0 || c.recent > 0) set_windows(a, w, window_of.data(), c.sink, c.recent);
       if (c.exact) {
         a.exact_from = exact_from;
         a.exact_k = exact_k.data();

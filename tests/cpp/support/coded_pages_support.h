@@ -192,6 +192,17 @@ inline PagedAttentionArgs make_args(const Pages& p, const float* q, int n_q, flo
   return a;
 }
 
+// Full-precision windows for query a (whose n_ctx is set): rows [0, sink) and its last `recent`
+// rows from window pages w (data block b's copies in block window_of[b]), the rest coded.
+inline void set_windows(PagedAttentionArgs& a, const Pages& w, const int32_t* window_of, int sink, int recent) {
+  a.windows = true;
+  a.window_k = w.k;
+  a.window_v = w.v;
+  a.window_k.block_map = a.window_v.block_map = window_of;
+  a.coded_begin = std::min(sink, a.n_ctx);
+  a.coded_end = std::max(a.coded_begin, a.n_ctx - recent);
+}
+
 // Max |a - b| relative to max |b| over the whole output.
 inline float relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float diff = 0, mag = 0;
