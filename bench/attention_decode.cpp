@@ -4,7 +4,8 @@
 // mode's time as a speed-up over f16 rows read by the same SIMD kernel (f16/simd), and over the
 // engine's FP kernel (f16/fp, what an f16 cache runs today).
 //   build/bench_attention_decode [--benchmark_filter=...]
-// Modes ending in +int8 score the keys in integer arithmetic (PagedAttentionArgs::int8_key_scores).
+// Modes ending in +int8k score the keys in integer arithmetic (PagedAttentionArgs::int8_key_scores);
+// +int8 also sums the values so (PagedAttentionArgs::int8_value_sums).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -64,7 +65,8 @@ Fixture& fixture(const std::string& mode, int ctx, int d) {
   return f;
 }
 
-void BM_decode_attention(benchmark::State& state, const std::string& mode, bool fp_kernel, bool int8_key_scores) {
+void BM_decode_attention(benchmark::State& state, const std::string& mode, bool fp_kernel, bool int8_key_scores,
+                         bool int8_value_sums) {
   const int ctx = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
   Fixture& f = fixture(mode, ctx, d);
   const KvCache& c = *f.cache;
@@ -84,6 +86,7 @@ void BM_decode_attention(benchmark::State& state, const std::string& mode, bool 
       a.block_table = f.table.blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
       a.k = c.k_pages(0), a.v = c.v_pages(0), a.scale = scale, a.out = f.out.data();
       a.int8_key_scores = int8_key_scores;
+      a.int8_value_sums = int8_value_sums;
       paged_attention_fast(a);
       for (int h = 0; h < kQHeads; ++h) c.v_codec(0).output_from_storage(&f.out[h * d], h / (kQHeads / kKvHeads), &f.q_store[h * d]);
     }
@@ -127,15 +130,17 @@ class RatioReporter : public benchmark::ConsoleReporter {
 };
 
 void register_all() {
-  // "+int8": the same cache scored with int8_key_scores (kernels/tq4_key_scores.h).
-  for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq4+int8", "tq4h+int8", "tq3h", "tq2h",
-                           "tq3.5", "tq3", "tq2"}) {
+  // "+int8k": the same cache scored with int8_key_scores (kernels/tq4_key_scores.h); "+int8" with
+  // int8_value_sums too (kernels/tq4_value_sums.h).
+  for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq4+int8k", "tq4h+int8k", "tq4+int8",
+                           "tq4h+int8", "tq3h", "tq2h", "tq3.5", "tq3", "tq2"}) {
     const std::string m = mode;
     const bool fp = m == "f16fp";
     const size_t plus = m.find("+int8");
+    const bool keys = plus != std::string::npos, values = keys && m.substr(plus) == "+int8";
     const std::string dtype = fp ? "f16" : m.substr(0, plus);
-    auto* b = benchmark::RegisterBenchmark(("decode/" + m).c_str(), [dtype, fp, plus](benchmark::State& s) {
-      BM_decode_attention(s, dtype, fp, plus != std::string::npos);
+    auto* b = benchmark::RegisterBenchmark(("decode/" + m).c_str(), [dtype, fp, keys, values](benchmark::State& s) {
+      BM_decode_attention(s, dtype, fp, keys, values);
     });
     for (int ctx : {1024, 4096, 16384, 32768})
       for (int d : {64, 128}) b->Args({ctx, d});

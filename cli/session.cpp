@@ -75,6 +75,10 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "4-bit TurboQuant keys: scores from int8 forms of the query and the codebook with AVX-512 VNNI "
                   "(int8), or from keys decoded to fp32 (fp32)")
       ->capture_default_str();
+  cmd->add_option("--kv-value-sums", o.kv_value_sums,
+                  "4-bit TurboQuant values: weighted sums from byte weights and the int8 codebook with AVX-512 "
+                  "VNNI (int8), or from values decoded to fp32 (fp32)")
+      ->capture_default_str();
   cmd->add_option("--kv-calibration-file", o.calibration_file,
                   "text whose f32 prefill gives the tq modes' per-head centers and outlier channels")
       ->capture_default_str();
@@ -190,6 +194,9 @@ KvQuantOptions quant_options_for(const CacheOptions& o) {
   if (o.kv_key_scores != "int8" && o.kv_key_scores != "fp32")
     fail("--kv-key-scores '{}' is not one of: int8, fp32", o.kv_key_scores);
   q.int8_key_scores = o.kv_key_scores == "int8";
+  if (o.kv_value_sums != "int8" && o.kv_value_sums != "fp32")
+    fail("--kv-value-sums '{}' is not one of: int8, fp32", o.kv_value_sums);
+  q.int8_value_sums = o.kv_value_sums == "int8";
   return q;
 }
 

@@ -40,6 +40,7 @@ struct CacheOptions {
   std::string kv_chunk_rows = "stored";  // or "exact" (KvQuantOptions::exact_chunk_rows)
   std::string fp_attention = "fast";     // or "exact" (KvQuantOptions::exact_fp_attention)
   std::string kv_key_scores = "int8";    // or "fp32" (KvQuantOptions::int8_key_scores)
+  std::string kv_value_sums = "int8";    // or "fp32" (KvQuantOptions::int8_value_sums)
   std::string calibration_file = kDefaultCalibrationFile;
   int block_size = 16;
   int max_model_len = 0;  // 0: the model's context length, capped at 8192

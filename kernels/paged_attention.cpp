@@ -74,11 +74,13 @@ void check_same_sequence(const PagedAttentionArgs& a, const PagedAttentionArgs& 
                     (!a.windows || (same_pages(a.window_k, b.window_k) && same_pages(a.window_v, b.window_v))) &&
                     a.kv_head_begin == b.kv_head_begin && kv_head_end(a) == kv_head_end(b) &&
                     a.ctx_begin == b.ctx_begin && a.int8_key_scores == b.int8_key_scores &&
+                    a.int8_value_sums == b.int8_value_sums &&
                     a.k.format.bits == b.k.format.bits && a.k.format.levels == b.k.format.levels &&
-                    a.k.format.f16_scale == b.k.format.f16_scale;
+                    a.k.format.f16_scale == b.k.format.f16_scale && a.v.format.bits == b.v.format.bits &&
+                    a.v.format.levels == b.v.format.levels && a.v.format.f16_scale == b.v.format.f16_scale;
   if (!same)
     fail("paged attention: queries computed together must share their sequence's pages, heads, first position "
-         "and key scoring");
+         "and key and value arithmetic");
 }
 
 void paged_attention_fast_queries(const PagedAttentionArgs* queries, int n_queries) {

@@ -18,6 +18,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_rows.h"
 #include "kernels/tq4_key_scores.h"
+#include "kernels/tq4_value_sums.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit unpack and shuffle intrinsics pass _mm512_undefined_ps() as the unused merge
@@ -226,8 +227,16 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
     q_sum.resize(size_t(n_queries) * group);
   }
   int8_query.assign(n_queries, 0);
+  // Integer value sums (PagedAttentionArgs::int8_value_sums) for the tiles a query reads wholly
+  // from the coded pages; a tile whose weights cannot be rounded to bytes is summed in fp32.
+  const bool int8_sums =
+      ref.int8_value_sums && tq4_value_sums_format(ref.v.format) && tq4_value_sums_avx512_available();
+  const Int8Levels value_levels8 = int8_sums ? int8_levels(ref.v.format.levels) : Int8Levels{};
+  float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
+  thread_local Tq4ValueTile value_tile;  // ref's tile of value rows as the summer reads them
   alignas(64) float s8[kMaxGroup * kTile];                                  // [group, 16]
   const uint8_t* key_rows[kTile];
+  const uint8_t* value_rows[kTile];
   for (int g = ref.kv_head_begin; g < kv_head_end(ref); ++g) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(softmax.begin(), softmax.end(), OnlineSoftmax{});
@@ -247,27 +256,28 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
       prefetch_tile(ref, true, t0 + kPrefetchDistance, kTile, g);
       prefetch_tile(ref, false, t0 + kPrefetchDistance, kTile, g);
       bool k_decoded = false;  // k_rows holds ref's tile: decoded when a query first scores it in fp32
-      load_tile(ref, false, t0, n_ref, g, v_rows, d, decode_rows_widest);
-      if (int8_scores)
-        for (int i = 0; i < n_ref; ++i) {
-          const int t = t0 + i;
-          key_rows[i] = row_ptr(ref.k, ref.block_table[t / ref.block_size], g, t % ref.block_size);
-        }
+      bool v_decoded = false;  // v_rows likewise, when a query first sums it in fp32
+      bool v_laid_out = false;  // value_tile holds ref's tile: laid out when a query first sums it in int8
+      for (int i = 0; i < n_ref && (int8_scores || int8_sums); ++i) {
+        const int t = t0 + i;
+        const int32_t block = ref.block_table[t / ref.block_size];
+        if (int8_scores) key_rows[i] = row_ptr(ref.k, block, g, t % ref.block_size);
+        if (int8_sums) value_rows[i] = row_ptr(ref.v, block, g, t % ref.block_size);
+      }
       for (int j = 0; j < n_queries; ++j) {
         const PagedAttentionArgs& a = queries[j];
         if (t0 >= a.n_ctx) continue;
         const int n = std::min(kTile, a.n_ctx - t0);
-        const bool int8_tile = int8_query[j] && coded_tile(a, t0, n);
+        const bool coded = coded_tile(a, t0, n);
+        const bool int8_tile = int8_query[j] && coded;
+        const bool own_tile = &a != &ref && !reads_as(a, ref, t0, n);
         const float* tile_k = k_rows;
-        const float* tile_v = v_rows;
-        if (&a != &ref && !reads_as(a, ref, t0, n)) {
+        if (own_tile) {
           if (!int8_tile) {
             load_tile(a, true, t0, n, g, own_k, d, decode_rows_widest);
             std::fill(own_k + size_t(n) * d, own_k + size_t(kTile) * d, 0.0f);
             tile_k = own_k;
           }
-          load_tile(a, false, t0, n, g, own_v, d, decode_rows_widest);
-          tile_v = own_v;
         } else if (!int8_tile && !k_decoded) {
           load_tile(ref, true, t0, n_ref, g, k_rows, d, decode_rows_widest);
           std::fill(k_rows + size_t(n_ref) * d, k_rows + size_t(kTile) * d, 0.0f);  // a short last tile
@@ -291,6 +301,22 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
           const __m512 w = exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(sm[h].max)));
           _mm512_store_ps(p + h * kTile, w);
           sm[h].sum = sm[h].sum * r.correction + _mm512_reduce_add_ps(w);
+        }
+        if (int8_sums && a.int8_value_sums && coded) {
+          for (int h = 0; h < group; ++h) kept[h] = rescale[h] ? correction[h] : 1.0f;
+          if (!v_laid_out) {
+            tq4_value_tile_avx512(ref.v.format, value_rows, n_ref, value_levels8, &value_tile);
+            v_laid_out = true;
+          }
+          if (tq4_value_sums_avx512(value_tile, n, p, kept, group, value_levels8, acc_j)) continue;
+        }
+        const float* tile_v = v_rows;
+        if (own_tile) {
+          load_tile(a, false, t0, n, g, own_v, d, decode_rows_widest);
+          tile_v = own_v;
+        } else if (!v_decoded) {
+          load_tile(ref, false, t0, n_ref, g, v_rows, d, decode_rows_widest);
+          v_decoded = true;
         }
         for (int h = 0; h < group; h += kHeadsPerPass) {
           float* acc_h = acc_j + size_t(h) * d;

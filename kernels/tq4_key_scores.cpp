@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "errors/error.h"
-#include "kernels/dequantize.h"
+#include "kernels/tq4_row_scales.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit broadcast, insert and unpack intrinsics pass an undefined vector as the unused
@@ -21,19 +21,6 @@
 
 namespace tq {
 namespace {
-
-// A row's scale, after its d/2 code bytes: fp16 or fp32 (kernels/tq_packing.h).
-float row_scale(const CodedRowFormat& f, const uint8_t* row) {
-  const uint8_t* p = row + f.dim / 2;
-  if (f.f16_scale) {
-    uint16_t h;
-    std::memcpy(&h, p, sizeof h);
-    return fp16_to_fp32(h);
-  }
-  float s;
-  std::memcpy(&s, p, sizeof s);
-  return s;
-}
 
 // Nearest, ties to even (the default rounding mode, as cvtps2dq rounds).
 int8_t round_to_int8(float x) { return static_cast<int8_t>(std::clamp(std::nearbyint(x), -127.0f, 127.0f)); }
@@ -79,7 +66,7 @@ float tq4_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const in
     dot += int32_t{levels.c8[row[c] & 15]} * q8[c];
     dot += int32_t{levels.c8[row[c] >> 4]} * q8[c + half];
   }
-  return static_cast<float>(dot) * factor * row_scale(f, row);
+  return static_cast<float>(dot) * factor * tq4_rows::row_scale(f, row);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -131,19 +118,6 @@ TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, in
   return true;
 }
 
-// The rows' scales in 16 lanes (0 past n): fp16 ones converted by F16C, exactly as fp16_to_fp32.
-TQ_VNNI __m512 row_scales(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n) {
-  const int at = f.dim / 2;
-  if (f.f16_scale) {
-    alignas(32) uint16_t h[kInt8ScoreTile] = {};
-    for (int i = 0; i < n; ++i) std::memcpy(h + i, rows[i] + at, sizeof(uint16_t));
-    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
-  }
-  alignas(64) float s[kInt8ScoreTile] = {};
-  for (int i = 0; i < n; ++i) std::memcpy(s + i, rows[i] + at, sizeof(float));
-  return _mm512_load_ps(s);
-}
-
 // CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
 // coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h).
 template <int CHUNKS>
@@ -173,7 +147,7 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
       codes[p][c][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
       codes[p][c][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
     }
-  const __m512 row_scale_v = row_scales(f, rows, n);
+  const __m512 row_scale_v = tq4_rows::row_scales_avx512(f, rows, n);
   const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   for (int h = 0; h < heads; ++h) {
     const int8_t* qh = q8 + size_t(h) * d;

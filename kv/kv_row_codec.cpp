@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "errors/error.h"
 #include "quant/baseline_quant.h"
@@ -50,6 +51,9 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
     rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
     cb_hi_ = make_codebook(o.codebook, rd, hi);
     if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
+    // 4-bit rows the integer attention arithmetic may read: coded with the levels it holds.
+    if (!kv_dtype_is_split(dtype) && hi == 4 && (o.int8_key_scores || o.int8_value_sums))
+      cb_hi_ = snapped_to_int8_grid(std::move(cb_hi_));
   }
   if (kv_dtype_is_channel_bits(dtype)) {
     const int bits = kv_dtype_tq_bits(dtype).first;

@@ -188,6 +188,7 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
     a.k = k_pages;
     a.v = v_pages;
     a.int8_key_scores = c.cache.options().int8_key_scores;
+    a.int8_value_sums = c.cache.options().int8_value_sums;
     if (use_windows) {  // which rows t reads at full precision depends on its position alone
       a.windows = true;
       a.window_k = k_window;

@@ -9,6 +9,7 @@
 // mirrors it: the result is exactly antisymmetric and the middle boundary is exactly 0.
 #include "quant/codebook.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <numbers>
@@ -265,6 +266,16 @@ Codebook make_codebook(CodebookKind kind, int dim, int bits) {
     cb.boundaries[i] = 0.5f * (cb.centroids[i] + cb.centroids[i + 1]);
   }
   cb.mse_per_coord = mse_s / dim;
+  return cb;
+}
+
+Codebook snapped_to_int8_grid(Codebook cb) {
+  float top = 0;
+  for (float c : cb.centroids) top = std::max(top, std::fabs(c));
+  if (!(top > 0)) return cb;
+  const float step = top / 127.0f;
+  for (float& c : cb.centroids) c = std::nearbyint(c / step) * step;  // stays antisymmetric
+  for (size_t i = 0; i + 1 < cb.centroids.size(); ++i) cb.boundaries[i] = 0.5f * (cb.centroids[i] + cb.centroids[i + 1]);
   return cb;
 }
 

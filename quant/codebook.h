@@ -55,6 +55,14 @@ Codebook make_standard_gaussian_codebook(int bits);
 // Fails (tq::fail) on other arguments or if the iteration does not converge.
 Codebook make_codebook(CodebookKind kind, int dim, int bits);
 
+// The codebook with its levels moved to the nearest multiple of (largest level / 127), and the
+// boundaries to the moved levels' midpoints (so each value still goes to its nearest level);
+// mse_per_coord stays the Lloyd-Max figure. The integer attention arithmetic
+// (kernels/tq4_key_scores.h, kernels/tq4_value_sums.h) holds a codebook as int8 times one scale:
+// a cache whose rows were coded with levels on that grid reads them exactly, where rounding the
+// Lloyd-Max levels afterwards is one error shared by every row (docs/FIDELITY.md measures both).
+Codebook snapped_to_int8_grid(Codebook cb);
+
 // The same solver in the standardized variable s = t * sqrt(d), in double precision, exposed
 // for tests and tools: returns the ascending levels and sets *mse to the per-coordinate MSE in
 // s units (equal to D_mse per unit vector).

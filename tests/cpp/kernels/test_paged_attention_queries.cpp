@@ -31,8 +31,8 @@ struct Chunk {
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, const Chunk& c, std::mt19937& rng,
-                 bool int8_key_scores = false) {
-  SCOPED_TRACE("int8 scores=" + std::to_string(int8_key_scores) + " k=" + spec_name(ks) + " v=" + spec_name(vs) + " d=" + std::to_string(d) + " first=" +
+                 int int8 = 0) {  // int8: 1 integer key scores, 2 integer value sums, 3 both
+  SCOPED_TRACE("int8=" + std::to_string(int8) + " k=" + spec_name(ks) + " v=" + spec_name(vs) + " d=" + std::to_string(d) + " first=" +
                std::to_string(c.first) + " tokens=" + std::to_string(c.tokens) + " windows=" + std::to_string(c.sink) +
                "+" + std::to_string(c.recent) + " exact=" + std::to_string(c.exact) + " parts=" + std::to_string(c.part_rows));
   const int n_q = n_kv * group, n_ctx = c.first + c.tokens;
@@ -53,7 +53,8 @@ void check_chunk(const Spec& ks, const Spec& vs, int d, int n_kv, int group, con
     const size_t slot = size_t(j) * parts_of_last + part;
     PagedAttentionArgs a = make_args(p, q.data() + size_t(j) * n_q * d, n_q, (joint ? together : alone).data() + slot * out_size);
     a.n_ctx = c.first + j + 1;
-    a.int8_key_scores = int8_key_scores;
+    a.int8_key_scores = int8 & 1;
+    a.int8_value_sums = int8 & 2;
     if (c.sink > 0 || c.recent > 0) set_windows(a, w, window_of.data(), c.sink, c.recent);
     if (c.exact) {
       a.exact_from = c.first;
@@ -104,7 +105,10 @@ TEST(CodedAttention, QueriesTogetherGiveEachQuerysOwnBits) {
       for (const auto& [d, group] : std::vector<std::pair<int, int>>{{64, 3}, {128, 1}, {32, 5}}) {
         if (!spec_fits(ks, d) || !spec_fits(vs, d)) continue;
         check_chunk(ks, vs, d, 2, group, c, rng);
-        if (ks.codec == RowCodec::TQ && ks.bits == 4) check_chunk(ks, vs, d, 2, group, c, rng, true);
+        const bool tq4_k = ks.codec == RowCodec::TQ && ks.bits == 4, tq4_v = vs.codec == RowCodec::TQ && vs.bits == 4;
+        if (tq4_k) check_chunk(ks, vs, d, 2, group, c, rng, 1);
+        if (tq4_v) check_chunk(ks, vs, d, 2, group, c, rng, 2);
+        if (tq4_k && tq4_v) check_chunk(ks, vs, d, 2, group, c, rng, 3);
       }
 }
 
@@ -122,6 +126,9 @@ TEST(CodedAttention, QueriesOfDifferentSequencesAreRefused) {
   EXPECT_THROW(paged_attention_fast_avx512_queries(a, 2), Error);
   a[1] = make_args(p, q.data(), 1, out.data() + d);
   a[1].int8_key_scores = true;  // one scored in int8, the other in fp32: not one computation
+  EXPECT_THROW(paged_attention_fast_avx512_queries(a, 2), Error);
+  a[1] = make_args(p, q.data(), 1, out.data() + d);
+  a[1].int8_value_sums = true;  // likewise for the value sums
   EXPECT_THROW(paged_attention_fast_avx512_queries(a, 2), Error);
 }
 

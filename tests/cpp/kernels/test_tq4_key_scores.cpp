@@ -21,25 +21,6 @@ namespace {
 
 using namespace coded_test;
 
-// n rows of random codes and a random positive scale (fp16 or fp32), `stride` bytes apart.
-std::vector<uint8_t> random_rows(const CodedRowFormat& f, int n, size_t stride, std::mt19937& rng) {
-  std::vector<uint8_t> bytes(n * stride, 0x5A);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.2f, 3.0f);
-  for (int i = 0; i < n; ++i) {
-    uint8_t* row = bytes.data() + i * stride;
-    for (int c = 0; c < f.dim / 2; ++c) row[c] = static_cast<uint8_t>(byte(rng));
-    const float s = scale(rng);
-    if (f.f16_scale) {
-      const uint16_t h = fp32_to_fp16(s);
-      std::memcpy(row + f.dim / 2, &h, 2);
-    } else {
-      std::memcpy(row + f.dim / 2, &s, 4);
-    }
-  }
-  return bytes;
-}
-
 TEST(Tq4KeyScores, QueryAndLevelsInInt8) {
   std::vector<float> q = {0.5f, -2.0f, 1.0f, 0.0f};
   std::vector<int8_t> q8(4);
@@ -109,7 +90,7 @@ TEST(Tq4KeyScores, ScalarIsTheScoreOfTheInt8Forms) {
     ASSERT_TRUE(tq4_key_scores_format(f));
     const Int8Levels l = int8_levels(f.levels);
     const size_t stride = d / 2 + 4;
-    const std::vector<uint8_t> rows = random_rows(f, 20, stride, rng);
+    const std::vector<uint8_t> rows = random_tq4_rows(f, 20, stride, rng);
     const std::vector<float> q = random_vec(d, rng, 1.3f);
     std::vector<int8_t> q8(d);
     float q_scale = 0;
@@ -147,7 +128,7 @@ TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
           f.f16_scale = f16;
           const Int8Levels l = int8_levels(f.levels);
           const size_t stride = d / 2 + (f16 ? 2 : 4) + 7;  // rows apart, not packed
-          const std::vector<uint8_t> bytes = random_rows(f, n, stride, rng);
+          const std::vector<uint8_t> bytes = random_tq4_rows(f, n, stride, rng);
           const uint8_t* rows[kInt8ScoreTile] = {};
           for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
           std::vector<int8_t> q8(size_t(heads) * d);

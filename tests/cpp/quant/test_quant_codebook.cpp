@@ -243,5 +243,33 @@ TEST(QuantCodebook, RejectsBadArguments) {
   }
 }
 
+// The 4-bit levels on the int8 grid of the integer attention arithmetic: each a multiple of
+// (largest / 127) within half a step of its Lloyd-Max level, still antisymmetric and ascending,
+// boundaries the midpoints; int8_levels of kernels/tq4_key_scores.h reads them back as they are.
+TEST(QuantCodebook, SnappedToInt8Grid) {
+  for (int d : {64, 128, 256}) {
+    const Codebook cb = make_codebook(CodebookKind::beta, d, 4);
+    const Codebook snapped = snapped_to_int8_grid(cb);
+    const float top = cb.centroids.back(), step = top / 127.0f;
+    ASSERT_EQ(snapped.centroids.size(), 16u);
+    EXPECT_EQ(snapped.centroids.back(), cb.centroids.back());  // 127 steps
+    bool moved = false;
+    for (int k = 0; k < 16; ++k) {
+      const float c = snapped.centroids[k];
+      const float units = c / step;
+      EXPECT_NEAR(units, std::nearbyint(units), 1e-4f) << "d=" << d << " level " << k;
+      EXPECT_LE(std::fabs(c - cb.centroids[k]), 0.5f * step * 1.0001f);
+      EXPECT_EQ(c, -snapped.centroids[15 - k]);
+      if (k > 0) EXPECT_LT(snapped.centroids[k - 1], c);
+      if (k < 15) EXPECT_EQ(snapped.boundaries[k], 0.5f * (c + snapped.centroids[k + 1]));
+      moved = moved || c != cb.centroids[k];
+    }
+    EXPECT_TRUE(moved);  // the Lloyd-Max levels are not on the grid already
+    EXPECT_EQ(snapped.mse_per_coord, cb.mse_per_coord);
+    // Nearest level, as before the move: a value at a moved level codes to it.
+    for (int k = 0; k < 16; ++k) EXPECT_EQ(snapped.index_of(snapped.centroids[k]), k);
+  }
+}
+
 }  // namespace
 }  // namespace tq
