@@ -131,7 +131,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 void register_all() {
   // "+int8k": the same cache scored with int8_key_scores (kernels/tq4_key_scores.h); "+int8" with
-  // int8_value_sums too (kernels/tq4_value_sums.h).
+  // int8_value_sums too (kernels/tq_value_sums.h).
   for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq4+int8k", "tq4h+int8k", "tq4+int8",
                            "tq4h+int8", "tq3h", "tq2h", "tq3.5", "tq3", "tq2"}) {
     const std::string m = mode;

@@ -76,7 +76,7 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "(int8), or from keys decoded to fp32 (fp32)")
       ->capture_default_str();
   cmd->add_option("--kv-value-sums", o.kv_value_sums,
-                  "4-bit TurboQuant values: weighted sums from byte weights and the int8 codebook with AVX-512 "
+                  "2- to 4-bit TurboQuant values: weighted sums from byte weights and the int8 codebook with AVX-512 "
                   "VNNI (int8), or from values decoded to fp32 (fp32)")
       ->capture_default_str();
   cmd->add_option("--kv-calibration-file", o.calibration_file,

@@ -88,7 +88,7 @@ struct PagedAttentionArgs {
   // on the query's own arguments (position, windows, ctx_begin; exact_from with exact chunk rows,
   // a mode that depends on chunking anyway), so a result never depends on the batch.
   bool int8_key_scores = false;
-  // Optional: sum 4-bit TurboQuant value rows in integer arithmetic (kernels/tq4_value_sums.h: each
+  // Optional: sum 2- to 4-bit TurboQuant value rows in integer arithmetic (kernels/tq_value_sums.h: each
   // head's weights of a tile in bytes, the codebook in int8, exact integer sums). Honoured by the
   // AVX-512 kernel on a CPU with VNNI and VBMI for the same tiles as int8_key_scores (and with the
   // same independence from the batch); a tile whose weights cannot be rounded to bytes is summed

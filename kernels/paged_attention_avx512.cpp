@@ -18,7 +18,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_rows.h"
 #include "kernels/tq4_key_scores.h"
-#include "kernels/tq4_value_sums.h"
+#include "kernels/tq_value_sums.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit unpack and shuffle intrinsics pass _mm512_undefined_ps() as the unused merge
@@ -230,10 +230,10 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // Integer value sums (PagedAttentionArgs::int8_value_sums) for the tiles a query reads wholly
   // from the coded pages; a tile whose weights cannot be rounded to bytes is summed in fp32.
   const bool int8_sums =
-      ref.int8_value_sums && tq4_value_sums_format(ref.v.format) && tq4_value_sums_avx512_available();
-  const Int8Levels value_levels8 = int8_sums ? int8_levels(ref.v.format.levels) : Int8Levels{};
+      ref.int8_value_sums && tq_value_sums_format(ref.v.format) && tq_value_sums_avx512_available();
+  const Int8Levels value_levels8 = int8_sums ? int8_levels(ref.v.format.levels, 1 << ref.v.format.bits) : Int8Levels{};
   float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
-  thread_local Tq4ValueTile value_tile;  // ref's tile of value rows as the summer reads them
+  thread_local TqValueTile value_tile;  // ref's tile of value rows as the summer reads them
   alignas(64) float s8[kMaxGroup * kTile];                                  // [group, 16]
   const uint8_t* key_rows[kTile];
   const uint8_t* value_rows[kTile];
@@ -305,10 +305,10 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
         if (int8_sums && a.int8_value_sums && coded) {
           for (int h = 0; h < group; ++h) kept[h] = rescale[h] ? correction[h] : 1.0f;
           if (!v_laid_out) {
-            tq4_value_tile_avx512(ref.v.format, value_rows, n_ref, value_levels8, &value_tile);
+            tq_value_tile_avx512(ref.v.format, value_rows, n_ref, value_levels8, &value_tile);
             v_laid_out = true;
           }
-          if (tq4_value_sums_avx512(value_tile, n, p, kept, group, value_levels8, acc_j)) continue;
+          if (tq_value_sums_avx512(value_tile, n, p, kept, group, value_levels8, acc_j)) continue;
         }
         const float* tile_v = v_rows;
         if (own_tile) {

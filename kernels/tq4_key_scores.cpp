@@ -27,12 +27,13 @@ int8_t round_to_int8(float x) { return static_cast<int8_t>(std::clamp(std::nearb
 
 }  // namespace
 
-Int8Levels int8_levels(const float* levels) {
+Int8Levels int8_levels(const float* levels, int count) {
+  if (count < 1 || count > 16) fail("int8 levels: {} levels (1 to 16)", count);
   Int8Levels out;
   float top = 0;
-  for (int k = 0; k < 16; ++k) top = std::max(top, std::fabs(levels[k]));
+  for (int k = 0; k < count; ++k) top = std::max(top, std::fabs(levels[k]));
   out.scale = top / 127.0f;
-  for (int k = 0; k < 16; ++k) out.c8[k] = top > 0 ? round_to_int8(levels[k] / out.scale) : 0;
+  for (int k = 0; k < count; ++k) out.c8[k] = top > 0 ? round_to_int8(levels[k] / out.scale) : 0;
   return out;
 }
 

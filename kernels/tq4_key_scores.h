@@ -27,7 +27,8 @@ struct Int8Levels {
   int8_t c8[16] = {};
   float scale = 0;
 };
-Int8Levels int8_levels(const float* levels);  // levels: [16]
+// levels: [count] (16, or 8 and 4 for the value sums of 3- and 2-bit rows); c8 past count are 0.
+Int8Levels int8_levels(const float* levels, int count = 16);
 
 // One query head in int8: q_j = q8[j] * scale; *sum = sum_j q8[j] (the scorer's offset). Fails
 // (returns false) when q holds a non-finite value or its largest magnitude is so small (below

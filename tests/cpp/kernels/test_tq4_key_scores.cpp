@@ -90,7 +90,7 @@ TEST(Tq4KeyScores, ScalarIsTheScoreOfTheInt8Forms) {
     ASSERT_TRUE(tq4_key_scores_format(f));
     const Int8Levels l = int8_levels(f.levels);
     const size_t stride = d / 2 + 4;
-    const std::vector<uint8_t> rows = random_tq4_rows(f, 20, stride, rng);
+    const std::vector<uint8_t> rows = random_tq_rows(f, 20, stride, rng);
     const std::vector<float> q = random_vec(d, rng, 1.3f);
     std::vector<int8_t> q8(d);
     float q_scale = 0;
@@ -128,7 +128,7 @@ TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
           f.f16_scale = f16;
           const Int8Levels l = int8_levels(f.levels);
           const size_t stride = d / 2 + (f16 ? 2 : 4) + 7;  // rows apart, not packed
-          const std::vector<uint8_t> bytes = random_tq4_rows(f, n, stride, rng);
+          const std::vector<uint8_t> bytes = random_tq_rows(f, n, stride, rng);
           const uint8_t* rows[kInt8ScoreTile] = {};
           for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
           std::vector<int8_t> q8(size_t(heads) * d);

@@ -1,6 +1,6 @@
-// The codebook a KV row codec codes 4-bit TurboQuant rows with (kv/kv_row_codec.h): the levels the
-// integer attention arithmetic holds whenever either integer path is on (the default), the
-// Lloyd-Max levels when both are off; other widths keep the Lloyd-Max levels.
+// The codebook a KV row codec codes TurboQuant rows with (kv/kv_row_codec.h): the levels the
+// integer attention arithmetic holds whenever a path that reads them is on (4 bits: key scores or
+// value sums; 2 and 3 bits: value sums), the Lloyd-Max levels otherwise.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -37,7 +37,16 @@ TEST(KvRowCodecLevels, FourBitLevelsOnTheInt8GridWithIntegerArithmetic) {
       const Int8Levels l8 = int8_levels(l.data());
       for (int k = 0; k < 16; ++k) EXPECT_EQ(l8.c8[k] * l8.scale, l[k]) << "d=" << d << " level " << k;
     }
-    EXPECT_EQ(codec_levels(KvDtype::TQ3H, d, true, true), make_codebook(kind, d, 3).centroids);
+    // 2 and 3 bits: read by the value sums only.
+    for (int bits : {2, 3}) {
+      const KvDtype dtype = bits == 3 ? KvDtype::TQ3H : KvDtype::TQ2H;
+      EXPECT_EQ(codec_levels(dtype, d, true, true), snapped_to_int8_grid(make_codebook(kind, d, bits)).centroids);
+      EXPECT_EQ(codec_levels(dtype, d, false, true), snapped_to_int8_grid(make_codebook(kind, d, bits)).centroids);
+      EXPECT_EQ(codec_levels(dtype, d, true, false), make_codebook(kind, d, bits).centroids);
+      const std::vector<float> l = codec_levels(dtype, d, true, true);
+      const Int8Levels l8 = int8_levels(l.data(), 1 << bits);
+      for (int k = 0; k < (1 << bits); ++k) EXPECT_EQ(l8.c8[k] * l8.scale, l[k]) << "bits=" << bits << " level " << k;
+    }
   }
 }
 

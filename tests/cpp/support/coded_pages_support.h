@@ -120,22 +120,23 @@ inline void encode_row(const Spec& s, int d, const float* x, uint8_t* row) {
   }
 }
 
-// n 4-bit TurboQuant rows (format f: tq4, fp16 or fp32 scale) of random codes and a random
+// n TurboQuant rows (format f: tq, f.bits bits, fp16 or fp32 scale) of random codes and a random
 // positive scale, `stride` bytes apart; the bytes between rows hold `fill`.
-inline std::vector<uint8_t> random_tq4_rows(const CodedRowFormat& f, int n, size_t stride, std::mt19937& rng,
-                                            uint8_t fill = 0x5A) {
+inline std::vector<uint8_t> random_tq_rows(const CodedRowFormat& f, int n, size_t stride, std::mt19937& rng,
+                                           uint8_t fill = 0x5A) {
   std::vector<uint8_t> bytes(n * stride, fill);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.2f, 3.0f);
+  const int codes = f.dim * f.bits / 8;
   for (int i = 0; i < n; ++i) {
     uint8_t* row = bytes.data() + i * stride;
-    for (int c = 0; c < f.dim / 2; ++c) row[c] = static_cast<uint8_t>(byte(rng));
+    for (int c = 0; c < codes; ++c) row[c] = static_cast<uint8_t>(byte(rng));
     const float s = scale(rng);
     if (f.f16_scale) {
       const uint16_t h = fp32_to_fp16(s);
-      std::memcpy(row + f.dim / 2, &h, 2);
+      std::memcpy(row + codes, &h, 2);
     } else {
-      std::memcpy(row + f.dim / 2, &s, 4);
+      std::memcpy(row + codes, &s, 4);
     }
   }
   return bytes;

@@ -1,4 +1,4 @@
-// Integer weighted sums of 4-bit TurboQuant value rows (kernels/tq4_value_sums.h): the AVX-512
+// Integer weighted sums of 2-, 3- and 4-bit TurboQuant value rows (kernels/tq_value_sums.h): the AVX-512
 // summer gives the scalar reference's accumulators bit for bit; the reference is the sum of the
 // byte weights times the int8 levels (checked in double precision); and the attention kernel with
 // int8_value_sums is softmax attention over the int8 levels within the weights' rounding.
@@ -12,7 +12,7 @@
 
 #include "kernels/dequantize.h"
 #include "kernels/paged_attention.h"
-#include "kernels/tq4_value_sums.h"
+#include "kernels/tq_value_sums.h"
 #include "support/coded_pages_support.h"
 
 namespace tq {
@@ -20,18 +20,29 @@ namespace {
 
 using namespace coded_test;
 
+int code_bytes(const CodedRowFormat& f) { return f.dim * f.bits / 8; }
+
 float stored_scale(const CodedRowFormat& f, const uint8_t* row) {
   if (f.f16_scale) {
     uint16_t h;
-    std::memcpy(&h, row + f.dim / 2, 2);
+    std::memcpy(&h, row + code_bytes(f), 2);
     return fp16_to_fp32(h);
   }
   float s;
-  std::memcpy(&s, row + f.dim / 2, 4);
+  std::memcpy(&s, row + code_bytes(f), 4);
   return s;
 }
 
-int code_at(const uint8_t* row, int d, int c) { return c < d / 2 ? row[c] & 15 : row[c - d / 2] >> 4; }
+// Coordinate j's index, read from the packing as kernels/tq_packing.h describes it.
+int code_at(const uint8_t* row, int d, int bits, int j) {
+  if (bits == 4) return j < d / 2 ? row[j] & 15 : row[j - d / 2] >> 4;
+  const int c = j % (d / 4), k = j / (d / 4);
+  const int low = (row[c] >> (2 * k)) & 3;
+  if (bits == 2) return low;
+  return low | ((row[d / 4 + c % (d / 8)] >> (2 * k + c / (d / 8))) & 1) << 2;
+}
+
+Spec tq_spec(int bits) { return bits == 4 ? kTq4 : bits == 3 ? kTq3 : kTq2; }
 
 // Weights for `heads` heads: mostly softmax-like values in (0, 1], with zeros and a 1.
 std::vector<float> random_weights(int heads, std::mt19937& rng) {
@@ -42,23 +53,24 @@ std::vector<float> random_weights(int heads, std::mt19937& rng) {
   return p;
 }
 
-TEST(Tq4ValueSums, ScalarIsTheSumOfTheByteForms) {
+TEST(TqValueSums, ScalarIsTheSumOfTheByteForms) {
   std::mt19937 rng(21);
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128})
     for (int n : {1, 9, 16}) {
-      SCOPED_TRACE("d=" + std::to_string(d) + " n=" + std::to_string(n));
-      const CodedRowFormat f = format_for(kTq4, d);
-      ASSERT_TRUE(tq4_value_sums_format(f));
-      const Int8Levels l = int8_levels(f.levels);
-      const size_t stride = d / 2 + 4;
-      const std::vector<uint8_t> bytes = random_tq4_rows(f, n, stride, rng);
+      SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " n=" + std::to_string(n));
+      const CodedRowFormat f = format_for(tq_spec(bits), d);
+      ASSERT_TRUE(tq_value_sums_format(f));
+      const Int8Levels l = int8_levels(f.levels, 1 << bits);
+      const size_t stride = code_bytes(f) + 4;
+      const std::vector<uint8_t> bytes = random_tq_rows(f, n, stride, rng);
       const uint8_t* rows[kInt8SumTile] = {};
       for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
       const int heads = 2;
       const std::vector<float> p = random_weights(heads, rng);
       const float correction[2] = {0.25f, 1.0f};
       std::vector<float> acc = random_vec(size_t(heads) * d, rng), before = acc;
-      ASSERT_TRUE(tq4_value_sums_scalar(f, rows, n, p.data(), correction, heads, l, acc.data()));
+      ASSERT_TRUE(tq_value_sums_scalar(f, rows, n, p.data(), correction, heads, l, acc.data()));
       for (int h = 0; h < heads; ++h) {
         // The byte weights, from the weights' definition.
         double top = 0;
@@ -68,7 +80,7 @@ TEST(Tq4ValueSums, ScalarIsTheSumOfTheByteForms) {
           for (int i = 0; i < n; ++i) {
             const double w = double(p[h * 16 + i]) * stored_scale(f, rows[i]);
             const double w8 = std::nearbyint(w * 255.0 / top);
-            const double term = w8 * (top / 255.0) * double(l.c8[code_at(rows[i], d, c)]) * l.scale;
+            const double term = w8 * (top / 255.0) * double(l.c8[code_at(rows[i], d, bits, c)]) * l.scale;
             want += term;
             mag += std::fabs(term);
           }
@@ -78,22 +90,24 @@ TEST(Tq4ValueSums, ScalarIsTheSumOfTheByteForms) {
     }
 }
 
-TEST(Tq4ValueSums, Avx512SummerIsBitIdenticalToScalar) {
-  if (!tq4_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+TEST(TqValueSums, Avx512SummerIsBitIdenticalToScalar) {
+  if (!tq_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
   std::mt19937 rng(8);
   int cases = 0, refused = 0;
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128, 256, 512})
     for (bool f16 : {false, true})
       for (int heads : {1, 3, 4})
         for (int n : {1, 5, 16})
           for (int trial = 0; trial < 8; ++trial) {
-            SCOPED_TRACE("d=" + std::to_string(d) + " f16=" + std::to_string(f16) + " heads=" + std::to_string(heads) +
-                         " n=" + std::to_string(n) + " trial " + std::to_string(trial));
-            CodedRowFormat f = format_for(kTq4, d);
+            SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " f16=" + std::to_string(f16) +
+                         " heads=" + std::to_string(heads) + " n=" + std::to_string(n) + " trial " + std::to_string(trial));
+            CodedRowFormat f = format_for(tq_spec(bits), d);
             f.f16_scale = f16;
-            const Int8Levels l = int8_levels(f.levels);
-            const size_t stride = d / 2 + (f16 ? 2 : 4) + 5;  // rows apart, not packed
-            std::vector<uint8_t> bytes = random_tq4_rows(f, n, stride, rng);
+            const Int8Levels l = int8_levels(f.levels, 1 << bits);
+            const int at = code_bytes(f);
+            const size_t stride = at + (f16 ? 2 : 4) + 5;  // rows apart, not packed
+            std::vector<uint8_t> bytes = random_tq_rows(f, n, stride, rng);
             const uint8_t* rows[kInt8SumTile] = {};
             for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
             std::vector<float> p = random_weights(heads, rng);
@@ -106,7 +120,7 @@ TEST(Tq4ValueSums, Avx512SummerIsBitIdenticalToScalar) {
             }
             if (trial == 5 && !f16) {  // a negative row scale
               const float s = -1.5f;
-              std::memcpy(bytes.data() + (n - 1) * stride + d / 2, &s, 4);
+              std::memcpy(bytes.data() + (n - 1) * stride + at, &s, 4);
             }
             if (trial == 6)  // ties: the weights land on k + 0.5 steps of the largest
               for (int h = 0; h < heads; ++h)
@@ -118,19 +132,19 @@ TEST(Tq4ValueSums, Avx512SummerIsBitIdenticalToScalar) {
             for (int h = 0; h < heads; ++h) correction[h] = h % 2 ? 1.0f : 0.37f;
             const std::vector<float> start = random_vec(size_t(heads) * d, rng);
             std::vector<float> a = start, b = start;
-            const bool oa = tq4_value_sums_scalar(f, rows, n, p.data(), correction.data(), heads, l, a.data());
+            const bool oa = tq_value_sums_scalar(f, rows, n, p.data(), correction.data(), heads, l, a.data());
             // Odd trials lay out a full tile whose rows past n hold other codes and scales (a
             // longer query's tile, shared): they must not count.
-            std::vector<uint8_t> longer = random_tq4_rows(f, kInt8SumTile, stride, rng);
+            std::vector<uint8_t> longer = random_tq_rows(f, kInt8SumTile, stride, rng);
             const uint8_t* tile_rows[kInt8SumTile];
             for (int i = 0; i < kInt8SumTile; ++i) tile_rows[i] = i < n ? rows[i] : longer.data() + i * stride;
             if (trial % 2 && !f16 && n < kInt8SumTile) {
               const float nan = std::numeric_limits<float>::quiet_NaN();
-              std::memcpy(longer.data() + (kInt8SumTile - 1) * stride + d / 2, &nan, 4);
+              std::memcpy(longer.data() + (kInt8SumTile - 1) * stride + at, &nan, 4);
             }
-            Tq4ValueTile tile;
-            tq4_value_tile_avx512(f, tile_rows, trial % 2 ? kInt8SumTile : n, l, &tile);
-            const bool ob = tq4_value_sums_avx512(tile, n, p.data(), correction.data(), heads, l, b.data());
+            TqValueTile tile;
+            tq_value_tile_avx512(f, tile_rows, trial % 2 ? kInt8SumTile : n, l, &tile);
+            const bool ob = tq_value_sums_avx512(tile, n, p.data(), correction.data(), heads, l, b.data());
             ASSERT_EQ(oa, ob);
             if (trial >= 2 && trial <= 4) EXPECT_FALSE(oa);
             if (trial == 5 && !f16) EXPECT_FALSE(oa);
@@ -144,27 +158,29 @@ TEST(Tq4ValueSums, Avx512SummerIsBitIdenticalToScalar) {
             if (trial != 1) EXPECT_NE(a, start);
             ++cases;
           }
-  EXPECT_EQ(cases + refused, 4 * 2 * 3 * 3 * 8);
-  EXPECT_EQ(refused, 4 * 3 * 3 * (2 * 3 + 1));
-  EXPECT_FALSE(tq4_value_sums_format(format_for(kTq3, 64)));
-  EXPECT_FALSE(tq4_value_sums_format(format_for(kTq4, 192)));
-  EXPECT_FALSE(tq4_value_sums_format(format_for(kQ4, 64)));
+  EXPECT_EQ(cases + refused, 3 * 4 * 2 * 3 * 3 * 8);
+  EXPECT_EQ(refused, 3 * 4 * 3 * 3 * (2 * 3 + 1));
+  EXPECT_FALSE(tq_value_sums_format(format_for(kTq1, 64)));
+  EXPECT_FALSE(tq_value_sums_format(format_for(kTq4, 192)));
+  EXPECT_FALSE(tq_value_sums_format(format_for(kQ4, 64)));
 }
 
 // The kernel with int8_value_sums (f16 keys, so the scores are the fp32 kernel's) against softmax
 // attention in double precision with each value row as its scale times the int8 levels. The
 // weights' rounding moves each weight by at most half a step of 1/255 of its tile's largest
 // weight times row scale, so the difference is held within that bound per coordinate.
-TEST(Tq4ValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
-  if (!tq4_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+TEST(TqValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
+  if (!tq_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
   std::mt19937 rng(99);
   int cases = 0;
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128})
     for (int group : {1, 3})
       for (int n_ctx : {1, 37, 300}) {
-        SCOPED_TRACE("d=" + std::to_string(d) + " group=" + std::to_string(group) + " n_ctx=" + std::to_string(n_ctx));
+        SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " group=" + std::to_string(group) +
+                     " n_ctx=" + std::to_string(n_ctx));
         const int n_kv = 2, n_q = n_kv * group;
-        const Pages pg = build_pages(d, n_kv, n_ctx, 16, kF16, kTq4, rng);
+        const Pages pg = build_pages(d, n_kv, n_ctx, 16, kF16, tq_spec(bits), rng);
         const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
         std::vector<float> int8(size_t(n_q) * d, -3.0f), fp32(int8.size());
         PagedAttentionArgs a = make_args(pg, q.data(), n_q, int8.data());
@@ -172,7 +188,7 @@ TEST(Tq4ValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
         a.int8_value_sums = true;
         paged_attention_fast(a);
         paged_attention_fast(make_args(pg, q.data(), n_q, fp32.data()));
-        const Int8Levels l = int8_levels(pg.v.format.levels);
+        const Int8Levels l = int8_levels(pg.v.format.levels, 1 << bits);
         float worst_excess = 0;
         for (int h = 0; h < n_q; ++h) {
           const int g = h / group;
@@ -198,7 +214,7 @@ TEST(Tq4ValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
               double tile_top = 0;
               for (int t = t0; t < std::min(t0 + 16, n_ctx); ++t) tile_top = std::max(tile_top, s[t] * scale[t]);
               for (int t = t0; t < std::min(t0 + 16, n_ctx); ++t) {
-                const double level = double(l.c8[code_at(row[t], d, c)]) * l.scale;
+                const double level = double(l.c8[code_at(row[t], d, bits, c)]) * l.scale;
                 want += s[t] * scale[t] * level / sum;
                 bound += 0.5 / 255.0 * tile_top * std::fabs(level) / sum;
                 mag += s[t] * scale[t] * std::fabs(level) / sum;
@@ -213,13 +229,13 @@ TEST(Tq4ValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
         EXPECT_LE(relative_diff(int8, fp32), 0.05f);
         ++cases;
       }
-  EXPECT_EQ(cases, 12);
+  EXPECT_EQ(cases, 36);
 }
 
 // With windows and exact chunk rows a tile that is not wholly coded is summed in fp32: when no tile
 // is, the result is the fp32 kernel's bit for bit; otherwise the two differ.
-TEST(Tq4ValueSums, WindowAndExactTilesKeepFp32Sums) {
-  if (!tq4_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+TEST(TqValueSums, WindowAndExactTilesKeepFp32Sums) {
+  if (!tq_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
   std::mt19937 rng(4242);
   const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 100;
   const Pages p = build_pages(d, n_kv, n_ctx, 16, kTq4, kTq4, rng);

@@ -1,7 +1,7 @@
-// Integer weighted sums of 4-bit TurboQuant value rows (kernels/tq4_value_sums.h): the scalar
+// Integer weighted sums of 2-, 3- and 4-bit TurboQuant value rows (kernels/tq_value_sums.h): the scalar
 // reference and the AVX-512 VNNI summer, which gives its results bit for bit (the sums are exact
 // integers; the weights' rounding and the fp32 scaling are the same operations in the same order).
-#include "kernels/tq4_value_sums.h"
+#include "kernels/tq_value_sums.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "errors/error.h"
 #include "kernels/tq4_row_scales.h"
+#include "kernels/tq_packing.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit broadcast and insert intrinsics pass an undefined vector as the unused merge
@@ -44,33 +45,32 @@ bool quantize_weights(const float* p, const float* s, int n, float level_scale, 
 }
 
 void check_heads(int heads) {
-  if (heads < 0 || heads > kMaxHeads) fail("tq4 value sums: {} query heads per KV head (at most {})", heads, kMaxHeads);
+  if (heads < 0 || heads > kMaxHeads) fail("tq value sums: {} query heads per KV head (at most {})", heads, kMaxHeads);
 }
-
-// The code of coordinate c of a row (byte c = idx[c] | idx[c + d/2] << 4, kernels/tq_packing.h).
-int code_of(const uint8_t* row, int half, int c) { return c < half ? row[c] & 15 : row[c - half] >> 4; }
 
 }  // namespace
 
-bool tq4_value_sums_format(const CodedRowFormat& f) {
-  return f.codec == RowCodec::TQ && f.bits == 4 && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) &&
-         f.levels != nullptr;
+bool tq_value_sums_format(const CodedRowFormat& f) {
+  return f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4 &&
+         (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) && f.levels != nullptr;
 }
 
-bool tq4_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n, const float* p,
+bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n, const float* p,
                            const float* correction, int heads, const Int8Levels& levels, float* acc) {
   check_heads(heads);
-  const int d = f.dim, half = d / 2;
+  const int d = f.dim;
   float s[kInt8SumTile] = {};
   for (int i = 0; i < n; ++i) s[i] = tq4_rows::row_scale(f, rows[i]);
   uint8_t w8[kMaxHeads][kInt8SumTile];
   float factor[kMaxHeads];
   for (int h = 0; h < heads; ++h)
     if (!quantize_weights(p + h * kInt8SumTile, s, n, levels.scale, w8[h], factor + h)) return false;
+  uint8_t idx[kInt8SumTile][512];  // the rows' codes, one byte per coordinate
+  for (int i = 0; i < n; ++i) unpack_indices(rows[i], d, f.bits, idx[i]);
   for (int h = 0; h < heads; ++h)
     for (int c = 0; c < d; ++c) {
       int32_t dot = 0;
-      for (int i = 0; i < n; ++i) dot += int32_t{w8[h][i]} * levels.c8[code_of(rows[i], half, c)];
+      for (int i = 0; i < n; ++i) dot += int32_t{w8[h][i]} * levels.c8[idx[i][c]];
       float& a = acc[size_t(h) * d + c];
       a = std::fma(static_cast<float>(dot), factor[h], a * correction[h]);
     }
@@ -125,7 +125,7 @@ TQ_VBMI inline __m512i row_pair(const uint8_t* a, const uint8_t* b, int at) {
 // for coordinates [16b, 16b + 16) and group k.
 template <int CHUNKS>
 TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
-                         const Int8Levels& levels, Tq4ValueTile* tile) {
+                         const Int8Levels& levels, TqValueTile* tile) {
   static const uint8_t kZeroRow[256] = {};
   constexpr int half = 32 * CHUNKS;
   const uint8_t* r[kInt8SumTile];
@@ -161,9 +161,86 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
     }
 }
 
+// bytes: the byte permutation whose result's byte 4j + q is byte 16q + j (row q's index of a
+// coordinate j, the 4 rows in the 128-bit lanes).
+struct LanesInterleaveTable {
+  alignas(64) uint8_t bytes[64];
+  constexpr LanesInterleaveTable() : bytes{} {
+    for (int j = 0; j < 16; ++j)
+      for (int q = 0; q < 4; ++q) bytes[4 * j + q] = static_cast<uint8_t>(16 * q + j);
+  }
+};
+constexpr LanesInterleaveTable kLanesInterleave;
+
+// 16 bytes of each of 4 rows at `at` (row q in 128-bit lane q); 3-bit rows' high bits: two
+// 8-byte runs per row, at at0 and at1.
+TQ_VBMI inline __m512i lanes16(const uint8_t* const r[4], int at) {
+  __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + at)));
+  x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + at)), 1);
+  x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + at)), 2);
+  return _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + at)), 3);
+}
+TQ_VBMI inline __m128i two_runs8(const uint8_t* row, int at0, int at1) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at0)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at1)));
+}
+TQ_VBMI inline __m512i lanes8x2(const uint8_t* const r[4], int at0, int at1) {
+  __m512i x = _mm512_castsi128_si512(two_runs8(r[0], at0, at1));
+  x = _mm512_inserti32x4(x, two_runs8(r[1], at0, at1), 1);
+  x = _mm512_inserti32x4(x, two_runs8(r[2], at0, at1), 2);
+  return _mm512_inserti32x4(x, two_runs8(r[3], at0, at1), 3);
+}
+
+// 2 and 3 bits (kernels/tq_packing.h): byte c (c < d/4) holds the low two bits of the indices of
+// coordinates c + k*d/4 at bits 2k; at 3 bits the high bit of coordinate c + k*d/4 is in byte
+// c mod d/8 of the d/8 bytes after those, at bit 2k + c div d/8. For each group of 4 rows and run
+// of 16 bytes (coordinates c0 + k*d/4 + [0, 16), k = 0..3): the rows in the four 128-bit lanes,
+// a shift and mask per k (a per-word shift for the high bits, whose two 8-byte halves may sit at
+// different bits), one byte permutation to put each coordinate's 4 indices in one 32-bit lane,
+// and a table lookup to make them level bytes.
+template <int BITS>
+TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
+                                  const Int8Levels& levels, TqValueTile* tile) {
+  static const uint8_t kZeroRow[256] = {};
+  const int d = f.dim, quarter = d / 4, eighth = d / 8;
+  const uint8_t* r[kInt8SumTile];
+  for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
+  _mm512_store_ps(tile->scale, tq4_rows::row_scales_avx512(f, rows, n));
+  tile->n = n;
+  tile->dim = d;
+  alignas(16) int8_t table[16];
+  for (int k = 0; k < 16; ++k) table[k] = levels.c8[k];
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  const __m512i interleave = _mm512_load_si512(kLanesInterleave.bytes);
+  const __m512i two = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  for (int g = 0; g < 4; ++g) {
+    const uint8_t* const* rg = r + 4 * g;
+    for (int c0 = 0; c0 < quarter; c0 += 16) {
+      const __m512i low = lanes16(rg, c0);
+      __m512i high = _mm512_setzero_si512(), shift_base = _mm512_setzero_si512();
+      if (BITS == 3) {
+        high = lanes8x2(rg, quarter + c0 % eighth, quarter + (c0 + 8) % eighth);
+        const short b0 = static_cast<short>(c0 / eighth), b1 = static_cast<short>((c0 + 8) / eighth);
+        shift_base = _mm512_broadcast_i32x4(_mm_setr_epi16(b0, b0, b0, b0, b1, b1, b1, b1));
+      }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        __m512i idx = _mm512_and_si512(_mm512_srli_epi16(low, 2 * k), two);
+        if (BITS == 3) {
+          const __m512i bit = _mm512_and_si512(
+              _mm512_srlv_epi16(high, _mm512_add_epi16(shift_base, _mm512_set1_epi16(static_cast<short>(2 * k)))), one);
+          idx = _mm512_or_si512(idx, _mm512_slli_epi16(bit, 2));  // bit < 2: no carry into the next byte
+        }
+        const int block = (c0 + k * quarter) / 16;
+        _mm512_store_si512(tile->levels[block][g], _mm512_shuffle_epi8(lut, _mm512_permutexvar_epi8(interleave, idx)));
+      }
+    }
+  }
+}
+
 // Each head's byte weights, then per block of 16 coordinates one vpdpbusd per group of 4 rows
 // adds the rows' products with the head's 4 weight bytes to each coordinate's sum.
-TQ_VBMI bool sums_avx512(const Tq4ValueTile& tile, int n, const float* p, const float* correction, int heads,
+TQ_VBMI bool sums_avx512(const TqValueTile& tile, int n, const float* p, const float* correction, int heads,
                          float level_scale, float* acc) {
   const int d = tile.dim;
   const __mmask16 live = n >= kInt8SumTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
@@ -193,15 +270,17 @@ TQ_VBMI bool sums_avx512(const Tq4ValueTile& tile, int n, const float* p, const 
 
 }  // namespace
 
-bool tq4_value_sums_avx512_available() {
+bool tq_value_sums_avx512_available() {
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return cpu;
 }
 
-void tq4_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
-                           const Int8Levels& levels, Tq4ValueTile* tile) {
+void tq_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
+                           const Int8Levels& levels, TqValueTile* tile) {
+  if (f.bits == 2) return tile_low_bits_avx512<2>(f, rows, n, levels, tile);
+  if (f.bits == 3) return tile_low_bits_avx512<3>(f, rows, n, levels, tile);
   switch (f.dim) {
     case 64: return tile_avx512<1>(f, rows, n, levels, tile);
     case 128: return tile_avx512<2>(f, rows, n, levels, tile);
@@ -210,23 +289,23 @@ void tq4_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
   }
 }
 
-bool tq4_value_sums_avx512(const Tq4ValueTile& tile, int n, const float* p, const float* correction, int heads,
+bool tq_value_sums_avx512(const TqValueTile& tile, int n, const float* p, const float* correction, int heads,
                            const Int8Levels& levels, float* acc) {
   check_heads(heads);
-  if (n > tile.n) fail("tq4 value sums: {} rows asked of a tile of {}", n, tile.n);
+  if (n > tile.n) fail("tq value sums: {} rows asked of a tile of {}", n, tile.n);
   return sums_avx512(tile, n, p, correction, heads, levels.scale, acc);
 }
 
 #else
 
-bool tq4_value_sums_avx512_available() { return false; }
+bool tq_value_sums_avx512_available() { return false; }
 
-void tq4_value_tile_avx512(const CodedRowFormat&, const uint8_t* const*, int, const Int8Levels&, Tq4ValueTile*) {
-  fail("tq4 value sums: the AVX-512 summer is not built for this architecture");
+void tq_value_tile_avx512(const CodedRowFormat&, const uint8_t* const*, int, const Int8Levels&, TqValueTile*) {
+  fail("tq value sums: the AVX-512 summer is not built for this architecture");
 }
 
-bool tq4_value_sums_avx512(const Tq4ValueTile&, int, const float*, const float*, int, const Int8Levels&, float*) {
-  fail("tq4 value sums: the AVX-512 summer is not built for this architecture");
+bool tq_value_sums_avx512(const TqValueTile&, int, const float*, const float*, int, const Int8Levels&, float*) {
+  fail("tq value sums: the AVX-512 summer is not built for this architecture");
 }
 
 #endif
