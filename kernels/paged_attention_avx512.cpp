@@ -233,7 +233,10 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
       ref.int8_value_sums && tq_value_sums_format(ref.v.format) && tq_value_sums_avx512_available();
   const Int8Levels value_levels8 = int8_sums ? int8_levels(ref.v.format.levels, 1 << ref.v.format.bits) : Int8Levels{};
   float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
-  thread_local TqValueTile value_tile;  // ref's tile of value rows as the summer reads them
+  static_assert(kMaxGroup <= kInt8SumMaxHeads);
+  // ref's tile of value rows as the summer reads them. A query shorter than ref reads it too: the
+  // rows past its end (in the pages, possibly not yet written) get weight 0.
+  thread_local TqValueTile value_tile;
   alignas(64) float s8[kMaxGroup * kTile];                                  // [group, 16]
   const uint8_t* key_rows[kTile];
   const uint8_t* value_rows[kTile];

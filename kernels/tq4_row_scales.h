@@ -1,4 +1,4 @@
-// The scale stored after a 4-bit TurboQuant row's d/2 code bytes (fp16 or fp32, kernels/tq_packing.h),
+// The scale stored after a TurboQuant row's d*b/8 code bytes (fp16 or fp32, kernels/tq_packing.h),
 // read one row at a time or for a tile of 16 rows in AVX-512 lanes: what the integer key scores and
 // value sums (kernels/tq4_key_scores.h, kernels/tq_value_sums.h) multiply in. Internal to kernels/.
 #pragma once

@@ -23,7 +23,7 @@
 namespace tq {
 namespace {
 
-constexpr int kMaxHeads = 64;  // query heads per KV head (the attention kernels' limit)
+constexpr int kMaxHeads = kInt8SumMaxHeads;
 
 // One head's weights w_i = p_i * s_i (i < n) as bytes against their largest, and the factor
 // their integer sums are scaled by. False for a weight that is negative or not finite, or a
@@ -48,6 +48,13 @@ void check_heads(int heads) {
   if (heads < 0 || heads > kMaxHeads) fail("tq value sums: {} query heads per KV head (at most {})", heads, kMaxHeads);
 }
 
+void check_tile(const CodedRowFormat& f, int n) {
+  if (!tq_value_sums_format(f))
+    fail("tq value sums: rows of {} bits at head_dim {} are not summed here (TurboQuant, 2-4 bits, head_dim 64-512)",
+         f.bits, f.dim);
+  if (n < 0 || n > kInt8SumTile) fail("tq value sums: {} rows in a tile (0 to {})", n, kInt8SumTile);
+}
+
 }  // namespace
 
 bool tq_value_sums_format(const CodedRowFormat& f) {
@@ -58,6 +65,7 @@ bool tq_value_sums_format(const CodedRowFormat& f) {
 bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n, const float* p,
                            const float* correction, int heads, const Int8Levels& levels, float* acc) {
   check_heads(heads);
+  check_tile(f, n);
   const int d = f.dim;
   float s[kInt8SumTile] = {};
   for (int i = 0; i < n; ++i) s[i] = tq4_rows::row_scale(f, rows[i]);
@@ -279,6 +287,7 @@ bool tq_value_sums_avx512_available() {
 
 void tq_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                            const Int8Levels& levels, TqValueTile* tile) {
+  check_tile(f, n);
   if (f.bits == 2) return tile_low_bits_avx512<2>(f, rows, n, levels, tile);
   if (f.bits == 3) return tile_low_bits_avx512<3>(f, rows, n, levels, tile);
   switch (f.dim) {
@@ -292,7 +301,7 @@ void tq_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kIn
 bool tq_value_sums_avx512(const TqValueTile& tile, int n, const float* p, const float* correction, int heads,
                            const Int8Levels& levels, float* acc) {
   check_heads(heads);
-  if (n > tile.n) fail("tq value sums: {} rows asked of a tile of {}", n, tile.n);
+  if (n < 0 || n > tile.n) fail("tq value sums: {} rows asked of a tile of {}", n, tile.n);
   return sums_avx512(tile, n, p, correction, heads, levels.scale, acc);
 }
 

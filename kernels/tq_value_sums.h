@@ -24,8 +24,11 @@
 
 namespace tq {
 
-constexpr int kInt8SumTile = 16;  // rows summed together
+constexpr int kInt8SumTile = 16;     // rows summed together
+constexpr int kInt8SumMaxHeads = 64;  // query heads per call (per KV head)
 
+// Every function below fails (tq::Error) for a format tq_value_sums_format refuses, n outside
+// [0, 16] (or above the tile's) or heads outside [0, kInt8SumMaxHeads].
 // Whether rows of this format can be summed here: TurboQuant, 2 to 4 bits, head_dim 64, 128, 256 or 512.
 bool tq_value_sums_format(const CodedRowFormat& f);
 // Whether this CPU runs the AVX-512 summer (AVX-512F, BW, VNNI, VBMI).
@@ -33,7 +36,7 @@ bool tq_value_sums_avx512_available();
 
 // The reference. For `heads` query heads with weights p + h * 16 (lanes i < n; lanes past n are
 // ignored) and rows[i] (i < n): acc + h * d gets the formula above, with correction[h]. Returns
-// false, changing nothing, when a head's weights hold a non-finite product p * s or their largest
+// false, changing nothing, when a head's weights hold a negative or non-finite product p * s or their largest
 // is so small that 255 / max overflows: the caller sums that tile in fp32.
 bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n, const float* p,
                            const float* correction, int heads, const Int8Levels& levels, float* acc);

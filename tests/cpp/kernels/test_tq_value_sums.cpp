@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "errors/error.h"
 #include "kernels/dequantize.h"
 #include "kernels/paged_attention.h"
 #include "kernels/tq_value_sums.h"
@@ -56,7 +57,7 @@ std::vector<float> random_weights(int heads, std::mt19937& rng) {
 TEST(TqValueSums, ScalarIsTheSumOfTheByteForms) {
   std::mt19937 rng(21);
   for (int bits : {2, 3, 4})
-  for (int d : {64, 128})
+  for (int d : {64, 128, 512})
     for (int n : {1, 9, 16}) {
       SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " n=" + std::to_string(n));
       const CodedRowFormat f = format_for(tq_spec(bits), d);
@@ -97,7 +98,7 @@ TEST(TqValueSums, Avx512SummerIsBitIdenticalToScalar) {
   for (int bits : {2, 3, 4})
   for (int d : {64, 128, 256, 512})
     for (bool f16 : {false, true})
-      for (int heads : {1, 3, 4})
+      for (int heads : {1, 3, 4, 9})
         for (int n : {1, 5, 16})
           for (int trial = 0; trial < 8; ++trial) {
             SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " f16=" + std::to_string(f16) +
@@ -138,9 +139,13 @@ TEST(TqValueSums, Avx512SummerIsBitIdenticalToScalar) {
             std::vector<uint8_t> longer = random_tq_rows(f, kInt8SumTile, stride, rng);
             const uint8_t* tile_rows[kInt8SumTile];
             for (int i = 0; i < kInt8SumTile; ++i) tile_rows[i] = i < n ? rows[i] : longer.data() + i * stride;
-            if (trial % 2 && !f16 && n < kInt8SumTile) {
+            if (trial % 2 && n < kInt8SumTile) {  // a NaN scale there
               const float nan = std::numeric_limits<float>::quiet_NaN();
-              std::memcpy(longer.data() + (kInt8SumTile - 1) * stride + at, &nan, 4);
+              const uint16_t nan16 = 0x7E00;
+              if (f16)
+                std::memcpy(longer.data() + (kInt8SumTile - 1) * stride + at, &nan16, 2);
+              else
+                std::memcpy(longer.data() + (kInt8SumTile - 1) * stride + at, &nan, 4);
             }
             TqValueTile tile;
             tq_value_tile_avx512(f, tile_rows, trial % 2 ? kInt8SumTile : n, l, &tile);
@@ -158,8 +163,8 @@ TEST(TqValueSums, Avx512SummerIsBitIdenticalToScalar) {
             if (trial != 1) EXPECT_NE(a, start);
             ++cases;
           }
-  EXPECT_EQ(cases + refused, 3 * 4 * 2 * 3 * 3 * 8);
-  EXPECT_EQ(refused, 3 * 4 * 3 * 3 * (2 * 3 + 1));
+  EXPECT_EQ(cases + refused, 3 * 4 * 2 * 4 * 3 * 8);
+  EXPECT_EQ(refused, 3 * 4 * 4 * 3 * (2 * 3 + 1));
   EXPECT_FALSE(tq_value_sums_format(format_for(kTq1, 64)));
   EXPECT_FALSE(tq_value_sums_format(format_for(kTq4, 192)));
   EXPECT_FALSE(tq_value_sums_format(format_for(kQ4, 64)));
@@ -230,6 +235,55 @@ TEST(TqValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
         ++cases;
       }
   EXPECT_EQ(cases, 36);
+}
+
+// A tile whose weights the summer refuses (here a row with a negative scale, which no encoder
+// writes) is summed in fp32 inside the attention kernel: one tile, so the whole result is the fp32
+// kernel's bit for bit; with the scale positive the two differ.
+TEST(TqValueSums, RefusedTileIsSummedInFp32) {
+  if (!tq_value_sums_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI and VBMI on this CPU";
+  std::mt19937 rng(606);
+  const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 16;
+  Pages pg = build_pages(d, n_kv, n_ctx, 16, kF16, kTq4, rng);
+  const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+  const auto run = [&](bool int8) {
+    std::vector<float> out(size_t(n_q) * d);
+    PagedAttentionArgs a = make_args(pg, q.data(), n_q, out.data());
+    a.int8_value_sums = int8;
+    paged_attention_fast(a);
+    return out;
+  };
+  EXPECT_NE(run(true), run(false));
+  for (int g = 0; g < n_kv; ++g) {
+    uint8_t* row = pg.v_pages.data() + pg.block_table[0] * pg.v.block_stride + g * pg.v.head_stride + 5 * pg.v.row_stride;
+    ASSERT_FALSE(pg.v.format.f16_scale);
+    float scale;
+    std::memcpy(&scale, row + code_bytes(pg.v.format), 4);
+    scale = -scale;
+    std::memcpy(row + code_bytes(pg.v.format), &scale, 4);
+  }
+  const std::vector<float> int8 = run(true), fp32 = run(false);
+  EXPECT_EQ(std::memcmp(int8.data(), fp32.data(), sizeof(float) * int8.size()), 0);
+}
+
+TEST(TqValueSums, BadArgumentsFail) {
+  const CodedRowFormat f = format_for(kTq4, 64);
+  const Int8Levels l = int8_levels(f.levels);
+  const std::vector<uint8_t> row(64, 0);
+  const uint8_t* rows[kInt8SumTile] = {};
+  for (auto& r : rows) r = row.data();
+  std::vector<float> p(kInt8SumTile * 2, 0.5f), acc(128), correction(2, 1.0f);
+  EXPECT_THROW(tq_value_sums_scalar(f, rows, 17, p.data(), correction.data(), 1, l, acc.data()), Error);
+  EXPECT_THROW(tq_value_sums_scalar(f, rows, 4, p.data(), correction.data(), 65, l, acc.data()), Error);
+  EXPECT_THROW(tq_value_sums_scalar(format_for(kTq4, 96), rows, 4, p.data(), correction.data(), 1, l, acc.data()), Error);
+  if (!tq_value_sums_avx512_available()) return;
+  TqValueTile tile;
+  EXPECT_THROW(tq_value_tile_avx512(format_for(kQ8, 64), rows, 4, l, &tile), Error);
+  EXPECT_THROW(tq_value_tile_avx512(f, rows, -1, l, &tile), Error);
+  tq_value_tile_avx512(f, rows, 4, l, &tile);
+  EXPECT_THROW(tq_value_sums_avx512(tile, 5, p.data(), correction.data(), 1, l, acc.data()), Error);
+  EXPECT_THROW(tq_value_sums_avx512(tile, -1, p.data(), correction.data(), 1, l, acc.data()), Error);
+  EXPECT_TRUE(tq_value_sums_avx512(tile, 4, p.data(), correction.data(), 2, l, acc.data()));
 }
 
 // With windows and exact chunk rows a tile that is not wholly coded is summed in fp32: when no tile
