@@ -130,10 +130,11 @@ class RatioReporter : public benchmark::ConsoleReporter {
 };
 
 void register_all() {
-  // "+int8k": the same cache scored with int8_key_scores (kernels/tq4_key_scores.h); "+int8" with
+  // "+int8k": the same cache scored with int8_key_scores (kernels/tq_key_scores.h); "+int8" with
   // int8_value_sums too (kernels/tq_value_sums.h).
   for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq4+int8k", "tq4h+int8k", "tq4+int8",
-                           "tq4h+int8", "tq3h", "tq2h", "tq3.5", "tq3", "tq2"}) {
+                           "tq4h+int8", "tq3h", "tq3h+int8k", "tq3h+int8", "tq2h", "tq2h+int8k", "tq2h+int8",
+                           "tq3.5", "tq3", "tq2"}) {
     const std::string m = mode;
     const bool fp = m == "f16fp";
     const size_t plus = m.find("+int8");

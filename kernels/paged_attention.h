@@ -81,7 +81,7 @@ struct PagedAttentionArgs {
   int ctx_begin = 0;
   float* partial_max = nullptr;  // [n_q_heads] (entries of the KV head range written)
   float* partial_sum = nullptr;  // [n_q_heads]
-  // Optional: score 4-bit TurboQuant key rows in integer arithmetic (kernels/tq4_key_scores.h:
+  // Optional: score 2- to 4-bit TurboQuant key rows in integer arithmetic (kernels/tq_key_scores.h:
   // each query head and the codebook in int8, exact integer dot products). Honoured by the AVX-512
   // kernel on a CPU with VNNI, for the tiles of 16 positions a query reads wholly from the coded
   // pages `k` (a tile with window or exact rows is scored in fp32); which tiles those are depends

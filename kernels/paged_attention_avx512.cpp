@@ -17,7 +17,7 @@
 #include "errors/error.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_rows.h"
-#include "kernels/tq4_key_scores.h"
+#include "kernels/tq_key_scores.h"
 #include "kernels/tq_value_sums.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -215,8 +215,8 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
   // and their factors; a query with a non-finite value in a head is scored in fp32.
   const bool int8_scores =
-      ref.int8_key_scores && tq4_key_scores_format(ref.k.format) && tq4_key_scores_avx512_available();
-  const Int8Levels levels8 = int8_scores ? int8_levels(ref.k.format.levels) : Int8Levels{};
+      ref.int8_key_scores && tq_key_scores_format(ref.k.format) && tq_key_scores_avx512_available();
+  const Int8Levels levels8 = int8_scores ? int8_levels(ref.k.format.levels, 1 << ref.k.format.bits) : Int8Levels{};
   thread_local std::vector<int8_t> q8;          // [n_queries, group, d]
   thread_local std::vector<float> factor;       // [n_queries, group]
   thread_local std::vector<int32_t> q_sum;      // [n_queries, group]
@@ -288,7 +288,7 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
         }
         if (int8_tile) {
           const size_t at = size_t(j) * group;
-          tq4_key_scores_avx512(ref.k.format, key_rows, n, q8.data() + at * d, q_sum.data() + at, factor.data() + at, group,
+          tq_key_scores_avx512(ref.k.format, key_rows, n, q8.data() + at * d, q_sum.data() + at, factor.data() + at, group,
                                 levels8, s8);
         }
         const float* q_group = a.q + size_t(g) * group * d;

@@ -9,7 +9,8 @@
 #include <limits>
 
 #include "errors/error.h"
-#include "kernels/tq4_row_scales.h"
+#include "kernels/tq_row_scales.h"
+#include "kernels/tq_low_bit_codes.h"
 #include "kernels/tq_packing.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,7 +69,7 @@ bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kIn
   check_tile(f, n);
   const int d = f.dim;
   float s[kInt8SumTile] = {};
-  for (int i = 0; i < n; ++i) s[i] = tq4_rows::row_scale(f, rows[i]);
+  for (int i = 0; i < n; ++i) s[i] = tq_rows::row_scale(f, rows[i]);
   uint8_t w8[kMaxHeads][kInt8SumTile];
   float factor[kMaxHeads];
   for (int h = 0; h < heads; ++h)
@@ -138,7 +139,7 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
   constexpr int half = 32 * CHUNKS;
   const uint8_t* r[kInt8SumTile];
   for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
-  _mm512_store_ps(tile->scale, tq4_rows::row_scales_avx512(f, rows, n));
+  _mm512_store_ps(tile->scale, tq_rows::row_scales_avx512(f, rows, n));
   tile->n = n;
   tile->dim = f.dim;
   alignas(16) int8_t table[16];
@@ -180,65 +181,30 @@ struct LanesInterleaveTable {
 };
 constexpr LanesInterleaveTable kLanesInterleave;
 
-// 16 bytes of each of 4 rows at `at` (row q in 128-bit lane q); 3-bit rows' high bits: two
-// 8-byte runs per row, at at0 and at1.
-TQ_VBMI inline __m512i lanes16(const uint8_t* const r[4], int at) {
-  __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + at)));
-  x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + at)), 1);
-  x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + at)), 2);
-  return _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + at)), 3);
-}
-TQ_VBMI inline __m128i two_runs8(const uint8_t* row, int at0, int at1) {
-  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at0)),
-                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at1)));
-}
-TQ_VBMI inline __m512i lanes8x2(const uint8_t* const r[4], int at0, int at1) {
-  __m512i x = _mm512_castsi128_si512(two_runs8(r[0], at0, at1));
-  x = _mm512_inserti32x4(x, two_runs8(r[1], at0, at1), 1);
-  x = _mm512_inserti32x4(x, two_runs8(r[2], at0, at1), 2);
-  return _mm512_inserti32x4(x, two_runs8(r[3], at0, at1), 3);
-}
-
-// 2 and 3 bits (kernels/tq_packing.h): byte c (c < d/4) holds the low two bits of the indices of
-// coordinates c + k*d/4 at bits 2k; at 3 bits the high bit of coordinate c + k*d/4 is in byte
-// c mod d/8 of the d/8 bytes after those, at bit 2k + c div d/8. For each group of 4 rows and run
-// of 16 bytes (coordinates c0 + k*d/4 + [0, 16), k = 0..3): the rows in the four 128-bit lanes,
-// a shift and mask per k (a per-word shift for the high bits, whose two 8-byte halves may sit at
-// different bits), one byte permutation to put each coordinate's 4 indices in one 32-bit lane,
-// and a table lookup to make them level bytes.
+// 2 and 3 bits (kernels/tq_low_bit_codes.h): for each group of 4 rows and run of 16 bytes, the
+// four k's index bytes, one byte permutation to put each coordinate's 4 indices in one 32-bit
+// lane, and a table lookup to make them level bytes.
 template <int BITS>
 TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                                   const Int8Levels& levels, TqValueTile* tile) {
   static const uint8_t kZeroRow[256] = {};
-  const int d = f.dim, quarter = d / 4, eighth = d / 8;
+  const int d = f.dim, quarter = d / 4;
   const uint8_t* r[kInt8SumTile];
   for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
-  _mm512_store_ps(tile->scale, tq4_rows::row_scales_avx512(f, rows, n));
+  _mm512_store_ps(tile->scale, tq_rows::row_scales_avx512(f, rows, n));
   tile->n = n;
   tile->dim = d;
   alignas(16) int8_t table[16];
   for (int k = 0; k < 16; ++k) table[k] = levels.c8[k];
   const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
   const __m512i interleave = _mm512_load_si512(kLanesInterleave.bytes);
-  const __m512i two = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
   for (int g = 0; g < 4; ++g) {
     const uint8_t* const* rg = r + 4 * g;
     for (int c0 = 0; c0 < quarter; c0 += 16) {
-      const __m512i low = lanes16(rg, c0);
-      __m512i high = _mm512_setzero_si512(), shift_base = _mm512_setzero_si512();
-      if (BITS == 3) {
-        high = lanes8x2(rg, quarter + c0 % eighth, quarter + (c0 + 8) % eighth);
-        const short b0 = static_cast<short>(c0 / eighth), b1 = static_cast<short>((c0 + 8) / eighth);
-        shift_base = _mm512_broadcast_i32x4(_mm_setr_epi16(b0, b0, b0, b0, b1, b1, b1, b1));
-      }
+      const tq_low_bits::Run run = tq_low_bits::load_run<BITS>(rg, c0, d);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        __m512i idx = _mm512_and_si512(_mm512_srli_epi16(low, 2 * k), two);
-        if (BITS == 3) {
-          const __m512i bit = _mm512_and_si512(
-              _mm512_srlv_epi16(high, _mm512_add_epi16(shift_base, _mm512_set1_epi16(static_cast<short>(2 * k)))), one);
-          idx = _mm512_or_si512(idx, _mm512_slli_epi16(bit, 2));  // bit < 2: no carry into the next byte
-        }
+        const __m512i idx = tq_low_bits::indices<BITS>(run, k);
         const int block = (c0 + k * quarter) / 16;
         _mm512_store_si512(tile->levels[block][g], _mm512_shuffle_epi8(lut, _mm512_permutexvar_epi8(interleave, idx)));
       }

@@ -2,7 +2,7 @@
 // (PagedAttentionArgs::int8_value_sums). For a tile of up to 16 rows and each query head h, the
 // row's weight times its scale, w_i = p_hi * s_i, is rounded to an unsigned byte against the
 // tile's largest (w8_i = round(w_i * 255 / max_i w_i)), the codebook's 2^b levels to int8 (the
-// Int8Levels of kernels/tq4_key_scores.h), and each coordinate's sum over the rows is an exact
+// Int8Levels of kernels/tq_key_scores.h), and each coordinate's sum over the rows is an exact
 // integer dot product, scaled back in fp32:
 //
 //   acc[h][c] = fma(float(sum_i w8_i * c8[idx_ic]), (max_i w_i / 255) * level_scale, acc[h][c] * correction[h])
@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "kernels/coded_row.h"
-#include "kernels/tq4_key_scores.h"
+#include "kernels/tq_key_scores.h"
 
 namespace tq {
 

@@ -51,9 +51,9 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
     rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
     cb_hi_ = make_codebook(o.codebook, rd, hi);
     if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
-    // Rows the integer attention arithmetic may read (keys at 4 bits, values at 2 to 4): coded with
+    // Rows the integer attention arithmetic may read (keys and values at 2 to 4 bits): coded with
     // the levels it holds.
-    if (!kv_dtype_is_split(dtype) && ((hi == 4 && o.int8_key_scores) || (hi >= 2 && o.int8_value_sums)))
+    if (!kv_dtype_is_split(dtype) && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
       cb_hi_ = snapped_to_int8_grid(std::move(cb_hi_));
   }
   if (kv_dtype_is_channel_bits(dtype)) {

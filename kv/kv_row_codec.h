@@ -42,16 +42,16 @@ struct KvQuantOptions {
   // order is fixed per output too, so every invariance holds, and it keeps both threads busy on
   // one long sequence; the exact one reproduces the FP path's logits of before it existed.
   bool exact_fp_attention = false;
-  // Whether 4-bit TurboQuant keys are scored in integer arithmetic (the query head and the
-  // codebook in int8, exact dot products: kernels/tq4_key_scores.h) where the CPU has AVX-512 VNNI,
+  // Whether 2- to 4-bit TurboQuant keys are scored in integer arithmetic (the query head and the
+  // codebook in int8, exact dot products: kernels/tq_key_scores.h) where the CPU has AVX-512 VNNI,
   // instead of decoding each key to fp32 first. docs/FIDELITY.md and docs/BENCHMARKS.md measure both.
   bool int8_key_scores = true;
   // Whether 2- to 4-bit TurboQuant values are summed in integer arithmetic (each head's weights of
   // a tile of 16 rows in bytes, the codebook in int8: kernels/tq_value_sums.h) where the CPU has
   // AVX-512 VNNI and VBMI, instead of decoding each value row to fp32 first.
   bool int8_value_sums = true;
-  // Rows these may read (4-bit with int8_key_scores; 2- to 4-bit with int8_value_sums, keys of
-  // those widths too: a codec does not know its side) are coded with the codebook's levels on the
+  // Rows these may read (2- to 4-bit TurboQuant rows, keys and values alike: a codec does not
+  // know its side) are coded with the codebook's levels on the
   // int8 grid of that arithmetic (quant/codebook.h: snapped_to_int8_grid), on every CPU; other
   // rows, and all rows with both off, with the Lloyd-Max levels as they are.
 };

@@ -58,7 +58,7 @@ Codebook make_codebook(CodebookKind kind, int dim, int bits);
 // The codebook with its levels moved to the nearest multiple of (largest level / 127), and the
 // boundaries to the moved levels' midpoints (so each value still goes to its nearest level);
 // mse_per_coord stays the Lloyd-Max figure. The integer attention arithmetic
-// (kernels/tq4_key_scores.h, kernels/tq_value_sums.h) holds a codebook as int8 times one scale:
+// (kernels/tq_key_scores.h, kernels/tq_value_sums.h) holds a codebook as int8 times one scale:
 // a cache whose rows were coded with levels on that grid reads them exactly, where rounding the
 // Lloyd-Max levels afterwards is one error shared by every row (docs/FIDELITY.md measures both).
 Codebook snapped_to_int8_grid(Codebook cb);

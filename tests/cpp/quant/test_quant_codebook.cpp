@@ -245,7 +245,7 @@ TEST(QuantCodebook, RejectsBadArguments) {
 
 // The 4-bit levels on the int8 grid of the integer attention arithmetic: each a multiple of
 // (largest / 127) within half a step of its Lloyd-Max level, still antisymmetric and ascending,
-// boundaries the midpoints; int8_levels of kernels/tq4_key_scores.h reads them back as they are.
+// boundaries the midpoints; int8_levels of kernels/tq_key_scores.h reads them back as they are.
 TEST(QuantCodebook, SnappedToInt8Grid) {
   for (int d : {64, 128, 256}) {
     const Codebook cb = make_codebook(CodebookKind::beta, d, 4);

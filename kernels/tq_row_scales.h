@@ -1,6 +1,6 @@
 // The scale stored after a TurboQuant row's d*b/8 code bytes (fp16 or fp32, kernels/tq_packing.h),
 // read one row at a time or for a tile of 16 rows in AVX-512 lanes: what the integer key scores and
-// value sums (kernels/tq4_key_scores.h, kernels/tq_value_sums.h) multiply in. Internal to kernels/.
+// value sums (kernels/tq_key_scores.h, kernels/tq_value_sums.h) multiply in. Internal to kernels/.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-namespace tq::tq4_rows {
+namespace tq::tq_rows {
 
 constexpr int kTileRows = 16;
 
@@ -46,4 +46,4 @@ __attribute__((target("avx512f,f16c"), always_inline)) inline __m512 row_scales_
 }
 #endif
 
-}  // namespace tq::tq4_rows
+}  // namespace tq::tq_rows

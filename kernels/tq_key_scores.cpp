@@ -1,7 +1,7 @@
-// Integer scores of 4-bit TurboQuant key rows (kernels/tq4_key_scores.h): the scalar reference and
+// Integer scores of 2-, 3- and 4-bit TurboQuant key rows (kernels/tq_key_scores.h): the scalar reference and
 // the AVX-512 VNNI scorer, which gives its results bit for bit (the dot products are exact
 // integers; the fp32 scaling is the same two products in the same order).
-#include "kernels/tq4_key_scores.h"
+#include "kernels/tq_key_scores.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,9 @@
 #include <limits>
 
 #include "errors/error.h"
-#include "kernels/tq4_row_scales.h"
+#include "kernels/tq_low_bit_codes.h"
+#include "kernels/tq_packing.h"
+#include "kernels/tq_row_scales.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit broadcast, insert and unpack intrinsics pass an undefined vector as the unused
@@ -54,20 +56,21 @@ bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_
   return true;
 }
 
-bool tq4_key_scores_format(const CodedRowFormat& f) {
-  return f.codec == RowCodec::TQ && f.bits == 4 && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) &&
+bool tq_key_scores_format(const CodedRowFormat& f) {
+  return f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4 && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) &&
          f.levels != nullptr;
 }
 
-float tq4_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
+float tq_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
                            const Int8Levels& levels) {
-  const int half = f.dim / 2;
+  if (!tq_key_scores_format(f))
+    fail("tq key scores: rows of {} bits at head_dim {} are not scored here (TurboQuant, 2-4 bits, head_dim 64-512)",
+         f.bits, f.dim);
+  uint8_t idx[512];
+  unpack_indices(row, f.dim, f.bits, idx);
   int32_t dot = 0;
-  for (int c = 0; c < half; ++c) {  // byte c = idx[c] | idx[c + d/2] << 4
-    dot += int32_t{levels.c8[row[c] & 15]} * q8[c];
-    dot += int32_t{levels.c8[row[c] >> 4]} * q8[c + half];
-  }
-  return static_cast<float>(dot) * factor * tq4_rows::row_scale(f, row);
+  for (int c = 0; c < f.dim; ++c) dot += int32_t{levels.c8[idx[c]]} * q8[c];
+  return static_cast<float>(dot) * factor * tq_rows::row_scale(f, row);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -119,6 +122,15 @@ TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, in
   return true;
 }
 
+// One head's 16 scores from the rows' dot products against the table bytes c8 + 128: the offset
+// 128 * sum_j q8[j] taken off, then the head's factor and each row's scale (-inf past n).
+TQ_VNNI inline void store_scores(__m512i biased_dot, int32_t q_sum, float factor, __m512 row_scale, __mmask16 live,
+                                 float* out) {
+  const __m512i dot = _mm512_sub_epi32(biased_dot, _mm512_set1_epi32(128 * q_sum));
+  const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(factor)), row_scale);
+  _mm512_storeu_ps(out, _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, s));
+}
+
 // CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
 // coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h).
 template <int CHUNKS>
@@ -148,7 +160,7 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
       codes[p][c][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
       codes[p][c][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
     }
-  const __m512 row_scale_v = tq4_rows::row_scales_avx512(f, rows, n);
+  const __m512 row_scale_v = tq_rows::row_scales_avx512(f, rows, n);
   const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   for (int h = 0; h < heads; ++h) {
     const int8_t* qh = q8 + size_t(h) * d;
@@ -169,24 +181,87 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
       }
       pair[p] = acc;
     }
-    const __m512i dot = _mm512_sub_epi32(row_sums(pair), _mm512_set1_epi32(128 * q_sum[h]));
-    const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(factor[h])), row_scale_v);
-    _mm512_storeu_ps(scores + size_t(h) * kInt8ScoreTile,
-                     _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, s));
+    store_scores(row_sums(pair), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+  }
+}
+
+// Lane i = the sum of the 4 lanes of row i, where row 4g + q is 128-bit lane q of v[g]: the
+// transposing reduction leaves row 4g + q in lane 4q + g, which one permutation puts right.
+TQ_VNNI __m512i row_sums_of_groups(const __m512i v[4]) {
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+  const __m512i row_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(row_order, u);
+}
+
+// 2 and 3 bits, RUNS = d / 64 runs of 16 code bytes (kernels/tq_low_bit_codes.h): the tile's rows
+// in 4 groups of 4, each group's indices of coordinates 16u + k*d/4 + [0, 16) made table bytes
+// once; per head, the query's same 16 coordinates broadcast to the 4 lanes and one vpdpbusd per
+// group, run and k.
+template <int BITS, int RUNS>
+TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                                    const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                                    const Int8Levels& levels, float* scores) {
+  static const uint8_t kZeroRow[256] = {};
+  constexpr int d = 64 * RUNS, quarter = d / 4;
+  const uint8_t* r[kInt8ScoreTile];
+  for (int i = 0; i < kInt8ScoreTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
+  alignas(16) uint8_t table[16];  // c8 + 128, as in scores_avx512
+  for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  __m512i codes[RUNS][4][4];  // [run][k][group]
+#pragma GCC unroll 8
+  for (int u = 0; u < RUNS; ++u)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const tq_low_bits::Run run = tq_low_bits::load_run<BITS>(r + 4 * g, 16 * u, d);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) codes[u][k][g] = _mm512_shuffle_epi8(lut, tq_low_bits::indices<BITS>(run, k));
+    }
+  const __m512 row_scale_v = tq_rows::row_scales_avx512(f, rows, n);
+  const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+  for (int h = 0; h < heads; ++h) {
+    const int8_t* qh = q8 + size_t(h) * d;
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int u = 0; u < RUNS; ++u)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i qv =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + k * quarter + 16 * u)));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) acc[g] = _mm512_dpbusd_epi32(acc[g], codes[u][k][g], qv);
+      }
+    store_scores(row_sums_of_groups(acc), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+  }
+}
+
+template <int BITS>
+TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                                    const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                                    const Int8Levels& levels, float* scores) {
+  switch (f.dim) {
+    case 64: return scores_low_bits_avx512<BITS, 1>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    case 128: return scores_low_bits_avx512<BITS, 2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    case 256: return scores_low_bits_avx512<BITS, 4>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    default: return scores_low_bits_avx512<BITS, 8>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
   }
 }
 
 }  // namespace
 
-bool tq4_key_scores_avx512_available() {
+bool tq_key_scores_avx512_available() {
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
   return cpu;
 }
 
-void tq4_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+void tq_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                            const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
                            const Int8Levels& levels, float* scores) {
+  if (f.bits == 2) return scores_low_bits_avx512<2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+  if (f.bits == 3) return scores_low_bits_avx512<3>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
   switch (f.dim) {
     case 64: return scores_avx512<1>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
     case 128: return scores_avx512<2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
@@ -196,19 +271,19 @@ void tq4_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
 }
 
 bool quantize_query_int8_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
-  if (!tq4_key_scores_avx512_available() || d % 16 != 0) fail("int8 query: needs an AVX-512 VNNI CPU and d % 16 == 0");
+  if (!tq_key_scores_avx512_available() || d % 16 != 0) fail("int8 query: needs an AVX-512 VNNI CPU and d % 16 == 0");
   return quantize_avx512(q, d, q8, scale, sum);
 }
 
 #else
 
-bool tq4_key_scores_avx512_available() { return false; }
+bool tq_key_scores_avx512_available() { return false; }
 
 bool quantize_query_int8_avx512(const float*, int, int8_t*, float*, int32_t*) {
   fail("int8 query: the AVX-512 quantizer is not built for this architecture");
 }
 
-void tq4_key_scores_avx512(const CodedRowFormat&, const uint8_t* const*, int, const int8_t*, const int32_t*,
+void tq_key_scores_avx512(const CodedRowFormat&, const uint8_t* const*, int, const int8_t*, const int32_t*,
                            const float*, int, const Int8Levels&, float*) {
   fail("tq4 key scores: the AVX-512 scorer is not built for this architecture");
 }

@@ -1,4 +1,4 @@
-// Integer scores of 4-bit TurboQuant key rows (kernels/tq4_key_scores.h): the AVX-512 VNNI scorer
+// Integer scores of 2-, 3- and 4-bit TurboQuant key rows (kernels/tq_key_scores.h): the AVX-512 VNNI scorer
 // gives the scalar reference's scores bit for bit; the reference is the fp32 score of the int8
 // query against the int8 levels (checked in double precision); and the attention kernel with
 // int8_key_scores is softmax attention over exactly those int8 forms.
@@ -13,7 +13,8 @@
 #include "errors/error.h"
 #include "kernels/dequantize.h"
 #include "kernels/paged_attention.h"
-#include "kernels/tq4_key_scores.h"
+#include "kernels/tq_key_scores.h"
+#include "kernels/tq_packing.h"
 #include "support/coded_pages_support.h"
 
 namespace tq {
@@ -21,7 +22,9 @@ namespace {
 
 using namespace coded_test;
 
-TEST(Tq4KeyScores, QueryAndLevelsInInt8) {
+Spec tq_spec(int bits) { return bits == 4 ? kTq4 : bits == 3 ? kTq3 : kTq2; }
+
+TEST(TqKeyScores, QueryAndLevelsInInt8) {
   std::vector<float> q = {0.5f, -2.0f, 1.0f, 0.0f};
   std::vector<int8_t> q8(4);
   float scale = 0;
@@ -50,8 +53,8 @@ TEST(Tq4KeyScores, QueryAndLevelsInInt8) {
   EXPECT_EQ(top, 127);
 }
 
-TEST(Tq4KeyScores, Avx512QuantizerIsBitIdenticalToScalar) {
-  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+TEST(TqKeyScores, Avx512QuantizerIsBitIdenticalToScalar) {
+  if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(3);
   for (int d : {16, 64, 128, 512})
     for (int trial = 0; trial < 50; ++trial) {
@@ -83,13 +86,15 @@ TEST(Tq4KeyScores, Avx512QuantizerIsBitIdenticalToScalar) {
     }
 }
 
-TEST(Tq4KeyScores, ScalarIsTheScoreOfTheInt8Forms) {
+TEST(TqKeyScores, ScalarIsTheScoreOfTheInt8Forms) {
   std::mt19937 rng(11);
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128}) {
-    CodedRowFormat f = format_for(kTq4, d);
-    ASSERT_TRUE(tq4_key_scores_format(f));
-    const Int8Levels l = int8_levels(f.levels);
-    const size_t stride = d / 2 + 4;
+    SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d));
+    CodedRowFormat f = format_for(tq_spec(bits), d);
+    ASSERT_TRUE(tq_key_scores_format(f));
+    const Int8Levels l = int8_levels(f.levels, 1 << bits);
+    const size_t stride = tq_row_bytes(d, bits);
     const std::vector<uint8_t> rows = random_tq_rows(f, 20, stride, rng);
     const std::vector<float> q = random_vec(d, rng, 1.3f);
     std::vector<int8_t> q8(d);
@@ -101,33 +106,41 @@ TEST(Tq4KeyScores, ScalarIsTheScoreOfTheInt8Forms) {
     for (int i = 0; i < 20; ++i) {
       const uint8_t* row = rows.data() + i * stride;
       float row_scale;
-      std::memcpy(&row_scale, row + d / 2, 4);
+      std::memcpy(&row_scale, row + tq_codes_bytes(d, bits), 4);
+      uint8_t idx_of[128];  // independent of the kernels' unpacking: the layout of kernels/tq_packing.h
+      for (int j = 0; j < d; ++j) {
+        if (bits == 4) idx_of[j] = j < d / 2 ? row[j] & 15 : row[j - d / 2] >> 4;
+        const int quarter = d / 4, eighth = d / 8;
+        if (bits < 4) idx_of[j] = (row[j % quarter] >> (2 * (j / quarter))) & 3;
+        if (bits == 3) idx_of[j] |= ((row[quarter + j % eighth] >> (j / eighth)) & 1) << 2;
+      }
       double want = 0, mag = 0;
       for (int j = 0; j < d; ++j) {
-        const int idx = j < d / 2 ? row[j] & 15 : row[j - d / 2] >> 4;
+        const int idx = idx_of[j];
         const double term = double(q8[j]) * q_scale * double(l.c8[idx]) * l.scale * row_scale * attention_scale;
         want += term;
         mag += std::fabs(term);
       }
-      EXPECT_NEAR(tq4_key_score_scalar(f, row, q8.data(), factor, l), want, 1e-6 * mag + 1e-12);
+      EXPECT_NEAR(tq_key_score_scalar(f, row, q8.data(), factor, l), want, 1e-6 * mag + 1e-12);
     }
   }
 }
 
-TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
-  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+TEST(TqKeyScores, Avx512ScorerIsBitIdenticalToScalar) {
+  if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(5);
   int cases = 0;
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128, 256, 512})
     for (bool f16 : {false, true})
       for (int heads : {1, 3})
         for (int n : {1, 5, 16}) {
-          SCOPED_TRACE("d=" + std::to_string(d) + " f16=" + std::to_string(f16) + " heads=" + std::to_string(heads) +
+          SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " f16=" + std::to_string(f16) + " heads=" + std::to_string(heads) +
                        " n=" + std::to_string(n));
-          CodedRowFormat f = format_for(kTq4, d);
+          CodedRowFormat f = format_for(tq_spec(bits), d);
           f.f16_scale = f16;
-          const Int8Levels l = int8_levels(f.levels);
-          const size_t stride = d / 2 + (f16 ? 2 : 4) + 7;  // rows apart, not packed
+          const Int8Levels l = int8_levels(f.levels, 1 << bits);
+          const size_t stride = tq_codes_bytes(d, bits) + (f16 ? 2 : 4) + 7;  // rows apart, not packed
           const std::vector<uint8_t> bytes = random_tq_rows(f, n, stride, rng);
           const uint8_t* rows[kInt8ScoreTile] = {};
           for (int i = 0; i < n; ++i) rows[i] = bytes.data() + i * stride;
@@ -141,7 +154,7 @@ TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
             factor[h] = int8_score_factor(q_scale, l, 0.125f);
           }
           std::vector<float> scores(size_t(heads) * kInt8ScoreTile, 7.0f);
-          tq4_key_scores_avx512(f, rows, n, q8.data(), q_sum.data(), factor.data(), heads, l, scores.data());
+          tq_key_scores_avx512(f, rows, n, q8.data(), q_sum.data(), factor.data(), heads, l, scores.data());
           for (int h = 0; h < heads; ++h)
             for (int i = 0; i < kInt8ScoreTile; ++i) {
               const float got = scores[h * kInt8ScoreTile + i];
@@ -149,31 +162,33 @@ TEST(Tq4KeyScores, Avx512ScorerIsBitIdenticalToScalar) {
                 EXPECT_EQ(got, -std::numeric_limits<float>::infinity());
                 continue;
               }
-              const float want = tq4_key_score_scalar(f, rows[i], q8.data() + h * d, factor[h], l);
+              const float want = tq_key_score_scalar(f, rows[i], q8.data() + h * d, factor[h], l);
               EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "head " << h << " row " << i << ": " << got
                                                                  << " against " << want;
             }
           ++cases;
         }
-  EXPECT_EQ(cases, 48);
-  EXPECT_FALSE(tq4_key_scores_format(format_for(kTq3, 64)));
-  EXPECT_FALSE(tq4_key_scores_format(format_for(kTq4, 192)));
-  EXPECT_FALSE(tq4_key_scores_format(format_for(kQ4, 64)));
+  EXPECT_EQ(cases, 144);
+  EXPECT_FALSE(tq_key_scores_format(format_for(kTq1, 64)));
+  EXPECT_FALSE(tq_key_scores_format(format_for(kSplit43, 64)));
+  EXPECT_FALSE(tq_key_scores_format(format_for(kTq4, 192)));
+  EXPECT_FALSE(tq_key_scores_format(format_for(kQ4, 64)));
 }
 
 // The kernel with int8_key_scores against softmax attention in double precision over the int8
 // forms: each query head as quantize_query_int8 gives it, each key row as its scale times the int8
 // levels (no windows or exact rows here: WindowAndExactRowsKeepFp32Scores covers them).
-TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
+TEST(TqKeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
   std::mt19937 rng(77);
-  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   int cases = 0;
+  for (int bits : {2, 3, 4})
   for (int d : {64, 128})
     for (int group : {1, 3, 4})
       for (int n_ctx : {1, 37, 300}) {
-        SCOPED_TRACE("d=" + std::to_string(d) + " group=" + std::to_string(group) + " n_ctx=" + std::to_string(n_ctx));
+        SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " group=" + std::to_string(group) + " n_ctx=" + std::to_string(n_ctx));
         const int n_kv = 2, n_q = n_kv * group;
-        const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, kTq4, kF16, rng);
+        const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, tq_spec(bits), kF16, rng);
         const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
         std::vector<float> fp32(size_t(n_q) * d), int8(fp32.size(), -3.0f), ref(fp32.size());
         PagedAttentionArgs a = make_args(p, q.data(), n_q, int8.data());
@@ -182,7 +197,7 @@ TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
         paged_attention_fast(a);
         paged_attention_fast(make_args(p, q.data(), n_q, fp32.data()));
         // The int8 forms.
-        const Int8Levels l = int8_levels(p.k.format.levels);
+        const Int8Levels l = int8_levels(p.k.format.levels, 1 << bits);
         float levels8[16];
         for (int k = 0; k < 16; ++k) levels8[k] = l.c8[k] * l.scale;
         CodedRowFormat f8 = p.k.format;
@@ -207,7 +222,7 @@ TEST(Tq4KeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
         EXPECT_LE(relative_diff(int8, fp32), 0.05f);
         ++cases;
       }
-  EXPECT_EQ(cases, 18);
+  EXPECT_EQ(cases, 54);
 }
 
 // Softmax attention in double precision of one query head against rows each with its own query
@@ -233,8 +248,8 @@ std::vector<double> attention_per_row(const std::vector<const float*>& q_row, co
 // wholly from the coded pages gets int8 scores, any other tile fp32 scores of the rows as they are
 // read (window copies, exact rows, coded rows decoded). Checked against that, row by row, in
 // double precision; and a query none of whose tiles is wholly coded gets the fp32 kernel's bits.
-TEST(Tq4KeyScores, WindowAndExactRowsKeepFp32Scores) {
-  if (!tq4_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+TEST(TqKeyScores, WindowAndExactRowsKeepFp32Scores) {
+  if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(2024);
   const int d = 64, n_kv = 2, group = 3, n_q = n_kv * group, n_ctx = 200;
   const Pages p = build_pages(d, n_kv, n_ctx, 16, kTq4, kTq4, rng);

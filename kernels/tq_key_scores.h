@@ -1,6 +1,6 @@
-// Attention scores of a query head against 4-bit TurboQuant key rows in integer arithmetic
+// Attention scores of a query head against 2-, 3- and 4-bit TurboQuant key rows in integer arithmetic
 // (PagedAttentionArgs::int8_key_scores): the query head quantized once to int8 with one scale,
-// the codebook's 16 levels to int8 with one scale, and each row's score an exact integer dot
+// the codebook's 2^b levels to int8 with one scale, and each row's score an exact integer dot
 // product of the two, then scaled back in fp32:
 //
 //   score_i = float(sum_j c8[idx_ij] * q8_j) * (q_scale * level_scale * attention_scale) * row_scale_i
@@ -34,7 +34,7 @@ Int8Levels int8_levels(const float* levels, int count = 16);
 // (returns false) when q holds a non-finite value or its largest magnitude is so small (below
 // 127 / FLT_MAX) that 127 / max overflows: such a query is scored in fp32.
 bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_t* sum);
-// The same, bit for bit, with AVX-512 (tq4_key_scores_avx512_available; d % 16 == 0).
+// The same, bit for bit, with AVX-512 (tq_key_scores_avx512_available; d % 16 == 0).
 bool quantize_query_int8_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum);
 
 // The fp32 factor every row's integer dot product is multiplied by, before its row scale.
@@ -42,20 +42,20 @@ inline float int8_score_factor(float q_scale, const Int8Levels& levels, float at
   return q_scale * levels.scale * attention_scale;
 }
 
-// Whether rows of this format can be scored here: TurboQuant, 4 bits, head_dim 64, 128, 256 or 512.
-bool tq4_key_scores_format(const CodedRowFormat& f);
+// Whether rows of this format can be scored here: TurboQuant, 2 to 4 bits, head_dim 64, 128, 256 or 512.
+bool tq_key_scores_format(const CodedRowFormat& f);
 // Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI).
-bool tq4_key_scores_avx512_available();
+bool tq_key_scores_avx512_available();
 
 // The reference: the score of one stored row (codes then scale, kernels/tq_packing.h).
-float tq4_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
+float tq_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
                            const Int8Levels& levels);
 
-// The AVX-512 scorer: scores[i] = tq4_key_score_scalar of rows[i] for i < n, bit for bit, and
+// The AVX-512 scorer: scores[i] = tq_key_score_scalar of rows[i] for i < n, bit for bit, and
 // -inf for i in [n, 16) (whose rows[i] may be null). `heads` query heads at once: q8 + h * d,
 // q_sum[h] (from quantize_query_int8), factor[h], scores + h * 16. The caller checks the format
-// (tq4_key_scores_format) and the CPU (tq4_key_scores_avx512_available) once, not per tile.
-void tq4_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+// (tq_key_scores_format) and the CPU (tq_key_scores_avx512_available) once, not per tile.
+void tq_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                            const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
                            const Int8Levels& levels, float* scores);
 
