@@ -72,7 +72,7 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
                   "arithmetic, one position at a time (exact)")
       ->capture_default_str();
   cmd->add_option("--kv-key-scores", o.kv_key_scores,
-                  "4-bit TurboQuant keys: scores from int8 forms of the query and the codebook with AVX-512 VNNI "
+                  "2- to 4-bit TurboQuant keys: scores from int8 forms of the query and the codebook with AVX-512 VNNI "
                   "(int8), or from keys decoded to fp32 (fp32)")
       ->capture_default_str();
   cmd->add_option("--kv-value-sums", o.kv_value_sums,
