@@ -79,21 +79,6 @@ namespace {
 
 #define TQ_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,f16c")))
 
-// Lane i = the sum of the 8 lanes of row i, where rows 2p and 2p + 1 are the low and high 256
-// bits of v[p]: the pairs and quads of the transposing reduction leave the rows in the order
-// 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15, which one permutation puts right.
-TQ_VNNI __m512i row_sums(const __m512i v[8]) {
-  __m512i t[4], u[2];
-  for (int k = 0; k < 4; ++k)
-    t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-  for (int m = 0; m < 2; ++m)
-    u[m] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * m], t[2 * m + 1]), _mm512_unpackhi_epi64(t[2 * m], t[2 * m + 1]));
-  const __m512i w = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i row_order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  return _mm512_permutexvar_epi32(row_order, w);
-}
-
 // quantize_query_int8, 16 lanes at a time (d % 16 == 0): the same maximum, product and rounding.
 TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
   __m512 top = _mm512_setzero_ps();
@@ -122,6 +107,16 @@ TQ_VNNI bool quantize_avx512(const float* q, int d, int8_t* q8, float* scale, in
   return true;
 }
 
+// Lane i = the sum of the 4 lanes of row i, where row 4g + q is 128-bit lane q of v[g]: the
+// transposing reduction leaves row 4g + q in lane 4q + g, which one permutation puts right.
+TQ_VNNI __m512i row_sums_of_groups(const __m512i v[4]) {
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+  const __m512i row_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(row_order, u);
+}
+
 // One head's 16 scores from the rows' dot products against the table bytes c8 + 128: the offset
 // 128 * sum_j q8[j] taken off, then the head's factor and each row's scale (-inf past n).
 TQ_VNNI inline void store_scores(__m512i biased_dot, int32_t q_sum, float factor, __m512 row_scale, __mmask16 live,
@@ -132,7 +127,11 @@ TQ_VNNI inline void store_scores(__m512i biased_dot, int32_t q_sum, float factor
 }
 
 // CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
-// coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h).
+// coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h). The tile's
+// rows go in 4 groups of 4, a group's 16-byte runs in the 128-bit lanes (row q in lane q), each
+// run's low and high nibbles made table bytes once; per head, the query's 16 coordinates of each
+// broadcast to the 4 lanes and one vpdpbusd per group, run and nibble, into two accumulators per
+// group (two dependency chains), summed per row at the end.
 template <int CHUNKS>
 TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                            const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
@@ -147,52 +146,40 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
   for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
   const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  // codes[p][c][0 / 1]: rows 2p and 2p + 1's chunk c (low 256 bits row 2p), low and high
-  // nibbles, as table bytes.
-  __m512i codes[kInt8ScoreTile / 2][CHUNKS][2];
-#pragma GCC unroll 8
-  for (int p = 0; p < kInt8ScoreTile / 2; ++p)
-#pragma GCC unroll 8
-    for (int c = 0; c < CHUNKS; ++c) {
-      const __m512i x = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p] + 32 * c))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p + 1] + 32 * c)), 1);
-      codes[p][c][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
-      codes[p][c][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
+  // codes[u][0 / 1][g]: run u (code bytes [16u, 16u + 16)) of group g's rows, low and high nibbles
+  // (coordinates 16u + [0, 16) and d/2 + 16u + [0, 16)), as table bytes.
+  __m512i codes[2 * CHUNKS][2][4];
+#pragma GCC unroll 16
+  for (int u = 0; u < 2 * CHUNKS; ++u)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i x = tq_low_bits::lanes16(r + 4 * g, 16 * u);
+      codes[u][0][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
+      codes[u][1][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
     }
   const __m512 row_scale_v = tq_rows::row_scales_avx512(f, rows, n);
   const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   for (int h = 0; h < heads; ++h) {
     const int8_t* qh = q8 + size_t(h) * d;
-    __m512i qv[CHUNKS][2];
-#pragma GCC unroll 8
-    for (int c = 0; c < CHUNKS; ++c) {
-      qv[c][0] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * c)));
-      qv[c][1] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + half + 32 * c)));
-    }
-    __m512i pair[kInt8ScoreTile / 2];
-#pragma GCC unroll 8
-    for (int p = 0; p < kInt8ScoreTile / 2; ++p) {
-      __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int c = 0; c < CHUNKS; ++c) {
-        acc = _mm512_dpbusd_epi32(acc, codes[p][c][0], qv[c][0]);
-        acc = _mm512_dpbusd_epi32(acc, codes[p][c][1], qv[c][1]);
+    __m512i acc[2][4];
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e)
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) acc[e][g] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int u = 0; u < 2 * CHUNKS; ++u)
+#pragma GCC unroll 2
+      for (int hi = 0; hi < 2; ++hi) {
+        const __m512i qv =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + hi * half + 16 * u)));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) acc[hi][g] = _mm512_dpbusd_epi32(acc[hi][g], codes[u][hi][g], qv);
       }
-      pair[p] = acc;
-    }
-    store_scores(row_sums(pair), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+    __m512i sums[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) sums[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
+    store_scores(row_sums_of_groups(sums), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
   }
-}
-
-// Lane i = the sum of the 4 lanes of row i, where row 4g + q is 128-bit lane q of v[g]: the
-// transposing reduction leaves row 4g + q in lane 4q + g, which one permutation puts right.
-TQ_VNNI __m512i row_sums_of_groups(const __m512i v[4]) {
-  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
-  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-  const __m512i row_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_epi32(row_order, u);
 }
 
 // 2 and 3 bits, RUNS = d / 64 runs of 16 code bytes (kernels/tq_low_bit_codes.h): the tile's rows
@@ -223,7 +210,11 @@ TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* cons
   const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   for (int h = 0; h < heads; ++h) {
     const int8_t* qh = q8 + size_t(h) * d;
-    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i acc[2][4];  // [k % 2][group]: two dependency chains per group
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e)
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) acc[e][g] = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int u = 0; u < RUNS; ++u)
 #pragma GCC unroll 4
@@ -231,9 +222,12 @@ TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* cons
         const __m512i qv =
             _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + k * quarter + 16 * u)));
 #pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) acc[g] = _mm512_dpbusd_epi32(acc[g], codes[u][k][g], qv);
+        for (int g = 0; g < 4; ++g) acc[k % 2][g] = _mm512_dpbusd_epi32(acc[k % 2][g], codes[u][k][g], qv);
       }
-    store_scores(row_sums_of_groups(acc), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+    __m512i sums[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) sums[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
+    store_scores(row_sums_of_groups(sums), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
   }
 }
 

@@ -57,7 +57,17 @@ TQ_LOW_BITS_TARGET Run load_run(const uint8_t* const r[4], int c0, int d) {
   return run;
 }
 
-// The index bytes (0 .. 2^BITS - 1) of coordinates c0 + k*d/4 + [0, 16) of the run's 4 rows.
+// shift_base for a run whose bytes were permuted so that byte 4j + q is row q's byte j: byte
+// positions j < 8 (coordinates c0 + [0, 8)) are the low 256 bits, j >= 8 the high.
+TQ_LOW_BITS_TARGET __m512i interleaved_shift_base(int c0, int d) {
+  const int eighth = d / 8;
+  const short b0 = static_cast<short>(c0 / eighth), b1 = static_cast<short>((c0 + 8) / eighth);
+  return _mm512_inserti64x4(_mm512_set1_epi16(b0), _mm256_set1_epi16(b1), 1);
+}
+
+// The index bytes (0 .. 2^BITS - 1) of coordinates c0 + k*d/4 + [0, 16) of the run's 4 rows, in
+// the places of their packed bytes (per-byte arithmetic, so a run permuted first gives them
+// permuted alike).
 template <int BITS>
 TQ_LOW_BITS_TARGET __m512i indices(const Run& run, int k) {
   __m512i idx = _mm512_and_si512(_mm512_srli_epi16(run.low, 2 * k), _mm512_set1_epi8(3));

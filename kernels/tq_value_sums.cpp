@@ -129,9 +129,9 @@ TQ_VBMI inline __m512i row_pair(const uint8_t* a, const uint8_t* b, int at) {
 
 // CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
 // coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. . Rows go in groups of 4: a byte
-// permutation of two registers (rows 4k, 4k+1 and 4k+2, 4k+3) puts the 4 rows' codes of one
-// coordinate in one 32-bit lane and a table lookup makes them level bytes: the tile's register
-// for coordinates [16b, 16b + 16) and group k.
+// permutation of two registers (rows 4k, 4k+1 and 4k+2, 4k+3) puts the 4 rows' code bytes of 16
+// byte positions in 32-bit lanes, and a mask (low nibbles) or shift and mask (high) and a table
+// lookup make level bytes of them: the tile's registers for two blocks of 16 coordinates, group k.
 template <int CHUNKS>
 TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                          const Int8Levels& levels, TqValueTile* tile) {
@@ -149,23 +149,17 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
   const __m512i interleave[2] = {_mm512_load_si512(kInterleave.bytes[0]), _mm512_load_si512(kInterleave.bytes[1])};
 #pragma GCC unroll 8
   for (int c = 0; c < CHUNKS; ++c)
-#pragma GCC unroll 2
-    for (int high = 0; high < 2; ++high) {
-      __m512i codes[4][2];  // [group][rows 4k, 4k+1 | rows 4k+2, 4k+3]: this half's nibbles
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-#pragma GCC unroll 2
-        for (int u = 0; u < 2; ++u) {
-          const __m512i x = row_pair(r[4 * k + 2 * u], r[4 * k + 2 * u + 1], 32 * c);
-          codes[k][u] = _mm512_and_si512(high ? _mm512_srli_epi16(x, 4) : x, nibble);
-        }
+    for (int k = 0; k < 4; ++k) {
+      const __m512i x0 = row_pair(r[4 * k], r[4 * k + 1], 32 * c), x1 = row_pair(r[4 * k + 2], r[4 * k + 3], 32 * c);
 #pragma GCC unroll 2
       for (int m = 0; m < 2; ++m) {
-        const int block = (high * half + 32 * c + 16 * m) / 16;
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k)
-          _mm512_store_si512(tile->levels[block][k],
-                             _mm512_shuffle_epi8(lut, _mm512_permutex2var_epi8(codes[k][0], interleave[m], codes[k][1])));
+        // The code bytes permuted whole: each byte's low nibble is coordinate 32c + 16m + j, its
+        // high nibble d/2 + 32c + 16m + j, both already in their rows' places.
+        const __m512i y = _mm512_permutex2var_epi8(x0, interleave[m], x1);
+        _mm512_store_si512(tile->levels[(32 * c + 16 * m) / 16][k], _mm512_shuffle_epi8(lut, _mm512_and_si512(y, nibble)));
+        _mm512_store_si512(tile->levels[(half + 32 * c + 16 * m) / 16][k],
+                           _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(y, 4), nibble)));
       }
     }
 }
@@ -181,9 +175,9 @@ struct LanesInterleaveTable {
 };
 constexpr LanesInterleaveTable kLanesInterleave;
 
-// 2 and 3 bits (kernels/tq_low_bit_codes.h): for each group of 4 rows and run of 16 bytes, the
-// four k's index bytes, one byte permutation to put each coordinate's 4 indices in one 32-bit
-// lane, and a table lookup to make them level bytes.
+// 2 and 3 bits (kernels/tq_low_bit_codes.h): for each group of 4 rows and run of 16 bytes, one
+// byte permutation of the packed bytes (two at 3 bits) puts each byte position's 4 rows in one
+// 32-bit lane; then the four k's index bytes and a table lookup make level bytes.
 template <int BITS>
 TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                                   const Int8Levels& levels, TqValueTile* tile) {
@@ -201,12 +195,17 @@ TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const 
   for (int g = 0; g < 4; ++g) {
     const uint8_t* const* rg = r + 4 * g;
     for (int c0 = 0; c0 < quarter; c0 += 16) {
-      const tq_low_bits::Run run = tq_low_bits::load_run<BITS>(rg, c0, d);
+      tq_low_bits::Run run = tq_low_bits::load_run<BITS>(rg, c0, d);
+      // The packed bytes permuted once (not each k's indices): byte 4j + q is row q's byte j.
+      run.low = _mm512_permutexvar_epi8(interleave, run.low);
+      if (BITS == 3) {
+        run.high = _mm512_permutexvar_epi8(interleave, run.high);
+        run.shift_base = tq_low_bits::interleaved_shift_base(c0, d);
+      }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i idx = tq_low_bits::indices<BITS>(run, k);
         const int block = (c0 + k * quarter) / 16;
-        _mm512_store_si512(tile->levels[block][g], _mm512_shuffle_epi8(lut, _mm512_permutexvar_epi8(interleave, idx)));
+        _mm512_store_si512(tile->levels[block][g], _mm512_shuffle_epi8(lut, tq_low_bits::indices<BITS>(run, k)));
       }
     }
   }
