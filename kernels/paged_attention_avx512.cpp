@@ -209,8 +209,12 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // Per-thread buffers, grown to the largest call: a decode step calls the kernel once per part
   // and KV head range of every layer, and a heap allocation per buffer per call showed in profiles.
   thread_local std::vector<OnlineSoftmax> softmax;  // [n_queries, group]
+  // The softmax sums per lane: a tile's 16 weights are added lane by lane (one add, not a
+  // horizontal sum per head and tile), and the 16 lanes summed once, at the end.
+  thread_local std::vector<float> lane_sums;  // [n_queries, group, 16]
   thread_local std::vector<float> acc;              // [n_queries, group, d]
   softmax.resize(size_t(n_queries) * group);
+  lane_sums.resize(size_t(n_queries) * group * kTile);
   acc.resize(size_t(n_queries) * group * d);
   // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
   // and their factors; a query with a non-finite value in a head is scored in fp32.
@@ -243,6 +247,7 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   for (int g = ref.kv_head_begin; g < kv_head_end(ref); ++g) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(softmax.begin(), softmax.end(), OnlineSoftmax{});
+    std::fill(lane_sums.begin(), lane_sums.end(), 0.0f);
     for (int j = 0; int8_scores && j < n_queries; ++j) {
       const PagedAttentionArgs& a = queries[j];
       bool ok = a.int8_key_scores;
@@ -303,7 +308,10 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
           correction[h] = r.correction;
           const __m512 w = exp_nonpositive(_mm512_sub_ps(s, _mm512_set1_ps(sm[h].max)));
           _mm512_store_ps(p + h * kTile, w);
-          sm[h].sum = sm[h].sum * r.correction + _mm512_reduce_add_ps(w);
+          float* sums = lane_sums.data() + (size_t(j) * group + h) * kTile;
+          __m512 sum = _mm512_loadu_ps(sums);
+          if (r.needed) sum = _mm512_mul_ps(sum, _mm512_set1_ps(r.correction));
+          _mm512_storeu_ps(sums, _mm512_add_ps(sum, w));
         }
         if (int8_sums && a.int8_value_sums && coded) {
           for (int h = 0; h < group; ++h) kept[h] = rescale[h] ? correction[h] : 1.0f;
@@ -334,8 +342,11 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
       }
     }
     for (int j = 0; j < n_queries; ++j)
-      for (int h = 0; h < group; ++h)
-        write_head(queries[j], g * group + h, softmax[size_t(j) * group + h], acc.data() + (size_t(j) * group + h) * d);
+      for (int h = 0; h < group; ++h) {
+        const size_t at = size_t(j) * group + h;
+        softmax[at].sum = _mm512_reduce_add_ps(_mm512_loadu_ps(lane_sums.data() + at * kTile));
+        write_head(queries[j], g * group + h, softmax[at], acc.data() + at * d);
+      }
   }
 }
 
