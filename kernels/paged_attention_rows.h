@@ -92,8 +92,8 @@ inline void prefetch_tile(const PagedAttentionArgs& a, bool key, int t0, int n, 
 }
 
 // The online softmax of one query head: the highest score so far and the sum of exp(score - max)
-// over the positions so far. Every kernel keeps one per head and updates it only through
-// raise_max and add_position.
+// over the positions so far. Every kernel keeps one per head and raises its maximum only through
+// raise_max (the AVX-512 kernel keeps the sum in 16 lanes and sets `sum` once, at the end).
 struct OnlineSoftmax {
   float max = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
@@ -107,9 +107,10 @@ struct Rescale {
 };
 
 // Raises the maximum to `score` if that is higher. Scaling the running sum is left to the caller:
-// the plain loop rounds sum * correction before adding a weight; the fast kernels add a tile's
-// weights in the same expression (the AVX2 one may fuse it into one multiply-add; the AVX-512
-// one's file is compiled with -ffp-contract=off, so it never does).
+// the plain loop rounds sum * correction before adding a weight; the AVX2 kernel adds a tile's
+// weights in the same expression (and may fuse it into one multiply-add); the AVX-512 one scales
+// its 16 lane sums and adds the tile's weights lane by lane (its file is compiled with
+// -ffp-contract=off, so it never fuses).
 inline Rescale raise_max(OnlineSoftmax& st, float score) {
   const float new_max = std::max(st.max, score);
   const bool needed = new_max > st.max;

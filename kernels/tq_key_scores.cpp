@@ -279,7 +279,7 @@ bool quantize_query_int8_avx512(const float*, int, int8_t*, float*, int32_t*) {
 
 void tq_key_scores_avx512(const CodedRowFormat&, const uint8_t* const*, int, const int8_t*, const int32_t*,
                            const float*, int, const Int8Levels&, float*) {
-  fail("tq4 key scores: the AVX-512 scorer is not built for this architecture");
+  fail("tq key scores: the AVX-512 scorer is not built for this architecture");
 }
 
 #endif

@@ -10,8 +10,8 @@
 // what llama.cpp does for a quantized cache (the query in q8_0 blocks): the integer form lets
 // AVX-512 VNNI score 64 coordinates per instruction from bytes a table lookup made of the codes,
 // where the fp32 form decodes each coordinate to a float first. The error it adds (one int8 step
-// of the query and of the levels, ~0.4 % of their largest value) is small against the 4-bit
-// code's own; docs/FIDELITY.md measures what it does to the model's next-token distribution.
+// of the query, ~0.4 % of its largest value; the levels are on the int8 grid when kv/ codes rows
+// for this path) is small against the codes' own; docs/FIDELITY.md measures what it does to the model's next-token distribution.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +44,7 @@ inline float int8_score_factor(float q_scale, const Int8Levels& levels, float at
 
 // Whether rows of this format can be scored here: TurboQuant, 2 to 4 bits, head_dim 64, 128, 256 or 512.
 bool tq_key_scores_format(const CodedRowFormat& f);
-// Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI).
+// Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI, F16C).
 bool tq_key_scores_avx512_available();
 
 // The reference: the score of one stored row (codes then scale, kernels/tq_packing.h).

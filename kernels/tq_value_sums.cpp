@@ -164,8 +164,8 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
     }
 }
 
-// bytes: the byte permutation whose result's byte 4j + q is byte 16q + j (row q's index of a
-// coordinate j, the 4 rows in the 128-bit lanes).
+// bytes: the byte permutation whose result's byte 4j + q is byte 16q + j (row q's byte j, the 4
+// rows in the 128-bit lanes).
 struct LanesInterleaveTable {
   alignas(64) uint8_t bytes[64];
   constexpr LanesInterleaveTable() : bytes{} {

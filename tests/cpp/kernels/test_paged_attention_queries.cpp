@@ -105,7 +105,7 @@ TEST(CodedAttention, QueriesTogetherGiveEachQuerysOwnBits) {
       for (const auto& [d, group] : std::vector<std::pair<int, int>>{{64, 3}, {128, 1}, {32, 5}}) {
         if (!spec_fits(ks, d) || !spec_fits(vs, d)) continue;
         check_chunk(ks, vs, d, 2, group, c, rng);
-        const bool int8_k = ks.codec == RowCodec::TQ && ks.bits == 4, int8_v = vs.codec == RowCodec::TQ && vs.bits >= 2;
+        const bool int8_k = ks.codec == RowCodec::TQ && ks.bits >= 2, int8_v = vs.codec == RowCodec::TQ && vs.bits >= 2;
         if (int8_k) check_chunk(ks, vs, d, 2, group, c, rng, 1);
         if (int8_v) check_chunk(ks, vs, d, 2, group, c, rng, 2);
         if (int8_k && int8_v) check_chunk(ks, vs, d, 2, group, c, rng, 3);
