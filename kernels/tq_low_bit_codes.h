@@ -6,8 +6,10 @@
 // coordinates c + k*d/4 at bits 2k; at 3 bits the high bit of coordinate c + k*d/4 is in byte
 // c mod d/8 of the d/8 bytes after those, at bit 2k + c div d/8. For a group of 4 rows and a run
 // of 16 bytes at c0 (c0 % 16 == 0, c0 < d/4) the rows go in the four 128-bit lanes (row q in lane
-// q); a shift and mask per k, and for the high bits a per-word shift (the run's two 8-byte halves
-// may sit at different bits), give each row's indices of coordinates c0 + k*d/4 + [0, 16).
+// q); a shift and mask per k give each row's low bits of coordinates c0 + k*d/4 + [0, 16). The
+// high bits are aligned once per run: each byte shifted by its half's offset (c div d/8, 0 or 1)
+// and masked to its even bits, so bit 2k of every byte is the high bit for k and every byte
+// depends on itself alone (a run may be permuted by bytes afterwards).
 #pragma once
 #include <cstdint>
 
@@ -25,58 +27,56 @@ TQ_LOW_BITS_TARGET __m512i lanes16(const uint8_t* const r[4], int at) {
   x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + at)), 2);
   return _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + at)), 3);
 }
-// Two 8-byte runs of each of 4 rows, at at0 and at1.
-TQ_LOW_BITS_TARGET __m128i two_runs8(const uint8_t* row, int at0, int at1) {
-  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at0)),
-                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at1)));
-}
-TQ_LOW_BITS_TARGET __m512i lanes8x2(const uint8_t* const r[4], int at0, int at1) {
-  __m512i x = _mm512_castsi128_si512(two_runs8(r[0], at0, at1));
-  x = _mm512_inserti32x4(x, two_runs8(r[1], at0, at1), 1);
-  x = _mm512_inserti32x4(x, two_runs8(r[2], at0, at1), 2);
-  return _mm512_inserti32x4(x, two_runs8(r[3], at0, at1), 3);
+// The 8 bytes at `at` of each of 4 rows, in both halves of its lane.
+TQ_LOW_BITS_TARGET __m512i lanes8_twice(const uint8_t* const r[4], int at) {
+  const auto run8 = [at](const uint8_t* row) {
+    long long v;
+    __builtin_memcpy(&v, row + at, sizeof v);
+    return _mm_set1_epi64x(v);
+  };
+  __m512i x = _mm512_castsi128_si512(run8(r[0]));
+  x = _mm512_inserti32x4(x, run8(r[1]), 1);
+  x = _mm512_inserti32x4(x, run8(r[2]), 2);
+  return _mm512_inserti32x4(x, run8(r[3]), 3);
 }
 
 // A run's packed bytes, loaded once for its four k.
 struct Run {
-  __m512i low;         // the 2-bit bytes
-  __m512i high;        // 3 bits: the high-bit bytes of the run's two halves
-  __m512i shift_base;  // 3 bits: each half's bit offset (c div d/8), per 16-bit word
+  __m512i low;   // the 2-bit bytes
+  __m512i high;  // 3 bits: the high-bit bytes, aligned (bit 2k of each byte is the high bit for k, odd bits 0)
 };
 
 template <int BITS>
 TQ_LOW_BITS_TARGET Run load_run(const uint8_t* const r[4], int c0, int d) {
   static_assert(BITS == 2 || BITS == 3);
   const int quarter = d / 4, eighth = d / 8;
-  Run run{lanes16(r, c0), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  Run run{lanes16(r, c0), _mm512_setzero_si512()};
   if (BITS == 3) {
-    run.high = lanes8x2(r, quarter + c0 % eighth, quarter + (c0 + 8) % eighth);
+    // The run's two 8-byte halves read high-bit bytes c0 mod d/8 and (c0 + 8) mod d/8: at d = 64
+    // the same 8 bytes (offsets 0 and 1), from d = 128 on 16 consecutive bytes at one offset.
+    const __m512i raw = eighth == 8 ? lanes8_twice(r, quarter) : lanes16(r, quarter + c0 % eighth);
     const short b0 = static_cast<short>(c0 / eighth), b1 = static_cast<short>((c0 + 8) / eighth);
-    run.shift_base = _mm512_broadcast_i32x4(_mm_setr_epi16(b0, b0, b0, b0, b1, b1, b1, b1));
+    const __m512i offset = _mm512_broadcast_i32x4(_mm_setr_epi16(b0, b0, b0, b0, b1, b1, b1, b1));
+    // A word shifted by 1 brings its high byte's bit 0 into the low byte's bit 7, which the mask clears.
+    run.high = _mm512_and_si512(_mm512_srlv_epi16(raw, offset), _mm512_set1_epi8(0x55));
   }
   return run;
 }
 
-// shift_base for a run whose bytes were permuted so that byte 4j + q is row q's byte j: byte
-// positions j < 8 (coordinates c0 + [0, 8)) are the low 256 bits, j >= 8 the high.
-TQ_LOW_BITS_TARGET __m512i interleaved_shift_base(int c0, int d) {
-  const int eighth = d / 8;
-  const short b0 = static_cast<short>(c0 / eighth), b1 = static_cast<short>((c0 + 8) / eighth);
-  return _mm512_inserti64x4(_mm512_set1_epi16(b0), _mm256_set1_epi16(b1), 1);
-}
-
-// The index bytes (0 .. 2^BITS - 1) of coordinates c0 + k*d/4 + [0, 16) of the run's 4 rows, in
-// the places of their packed bytes (per-byte arithmetic, so a run permuted first gives them
+// The index bytes of coordinates c0 + k*d/4 + [0, 16) of the run's 4 rows, in the places of their
+// packed bytes, for a 16-entry byte table lookup (vpshufb): bits 0-2 the index, bit 3 and bit 7
+// zero, bits 4-6 unspecified at 3 bits (per-byte arithmetic, so a run permuted first gives them
 // permuted alike).
 template <int BITS>
 TQ_LOW_BITS_TARGET __m512i indices(const Run& run, int k) {
-  __m512i idx = _mm512_and_si512(_mm512_srli_epi16(run.low, 2 * k), _mm512_set1_epi8(3));
-  if (BITS == 3) {
-    const __m512i shift = _mm512_add_epi16(run.shift_base, _mm512_set1_epi16(static_cast<short>(2 * k)));
-    const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(run.high, shift), _mm512_set1_epi8(1));
-    idx = _mm512_or_si512(idx, _mm512_slli_epi16(bit, 2));  // bit < 2: no carry into the next byte
-  }
-  return idx;
+  const __m512i low = _mm512_srli_epi16(run.low, 2 * k);
+  if (BITS == 2) return _mm512_and_si512(low, _mm512_set1_epi8(3));
+  // Bit 2k of the aligned high bytes to bit 2: even shifts keep every set bit even, so bits 3 and 7 stay 0.
+  const __m512i high = k == 0   ? _mm512_slli_epi16(run.high, 2)
+                       : k == 1 ? run.high
+                                : _mm512_srli_epi16(run.high, 2 * k - 2);
+  // Bits 0-1 from the low bytes, bits 2-7 from the high: (mask & low) | (~mask & high).
+  return _mm512_ternarylogic_epi32(_mm512_set1_epi8(3), low, high, 0xCA);
 }
 
 #undef TQ_LOW_BITS_TARGET

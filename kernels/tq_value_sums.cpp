@@ -198,10 +198,7 @@ TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const 
       tq_low_bits::Run run = tq_low_bits::load_run<BITS>(rg, c0, d);
       // The packed bytes permuted once (not each k's indices): byte 4j + q is row q's byte j.
       run.low = _mm512_permutexvar_epi8(interleave, run.low);
-      if (BITS == 3) {
-        run.high = _mm512_permutexvar_epi8(interleave, run.high);
-        run.shift_base = tq_low_bits::interleaved_shift_base(c0, d);
-      }
+      if (BITS == 3) run.high = _mm512_permutexvar_epi8(interleave, run.high);  // aligned bytes: each stands alone
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const int block = (c0 + k * quarter) / 16;
