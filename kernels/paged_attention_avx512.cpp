@@ -266,12 +266,8 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
       bool k_decoded = false;  // k_rows holds ref's tile: decoded when a query first scores it in fp32
       bool v_decoded = false;  // v_rows likewise, when a query first sums it in fp32
       bool v_laid_out = false;  // value_tile holds ref's tile: laid out when a query first sums it in int8
-      for (int i = 0; i < n_ref && (int8_scores || int8_sums); ++i) {
-        const int t = t0 + i;
-        const int32_t block = ref.block_table[t / ref.block_size];
-        if (int8_scores) key_rows[i] = row_ptr(ref.k, block, g, t % ref.block_size);
-        if (int8_sums) value_rows[i] = row_ptr(ref.v, block, g, t % ref.block_size);
-      }
+      if (int8_scores) row_ptrs(ref, ref.k, t0, n_ref, g, key_rows);
+      if (int8_sums) row_ptrs(ref, ref.v, t0, n_ref, g, value_rows);
       for (int j = 0; j < n_queries; ++j) {
         const PagedAttentionArgs& a = queries[j];
         if (t0 >= a.n_ctx) continue;
