@@ -178,11 +178,11 @@ constexpr LanesInterleaveTable kLanesInterleave;
 // 2 and 3 bits (kernels/tq_low_bit_codes.h): for each group of 4 rows and run of 16 bytes, one
 // byte permutation of the packed bytes (two at 3 bits) puts each byte position's 4 rows in one
 // 32-bit lane; then the four k's index bytes and a table lookup make level bytes.
-template <int BITS>
+template <int BITS, int RUNS>
 TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                                   const Int8Levels& levels, TqValueTile* tile) {
   static const uint8_t kZeroRow[256] = {};
-  const int d = f.dim, quarter = d / 4;
+  constexpr int d = 64 * RUNS, quarter = d / 4;
   const uint8_t* r[kInt8SumTile];
   for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
   _mm512_store_ps(tile->scale, tq_rows::row_scales_avx512(f, rows, n));
@@ -192,8 +192,10 @@ TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const 
   for (int k = 0; k < 16; ++k) table[k] = levels.c8[k];
   const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
   const __m512i interleave = _mm512_load_si512(kLanesInterleave.bytes);
+#pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
     const uint8_t* const* rg = r + 4 * g;
+#pragma GCC unroll 8
     for (int c0 = 0; c0 < quarter; c0 += 16) {
       tq_low_bits::Run run = tq_low_bits::load_run<BITS>(rg, c0, d);
       // The packed bytes permuted once (not each k's indices): byte 4j + q is row q's byte j.
@@ -208,6 +210,17 @@ TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const 
   }
 }
 
+
+template <int BITS>
+TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
+                                  const Int8Levels& levels, TqValueTile* tile) {
+  switch (f.dim) {
+    case 64: return tile_low_bits_avx512<BITS, 1>(f, rows, n, levels, tile);
+    case 128: return tile_low_bits_avx512<BITS, 2>(f, rows, n, levels, tile);
+    case 256: return tile_low_bits_avx512<BITS, 4>(f, rows, n, levels, tile);
+    default: return tile_low_bits_avx512<BITS, 8>(f, rows, n, levels, tile);
+  }
+}
 // Each head's byte weights, then per block of 16 coordinates one vpdpbusd per group of 4 rows
 // adds the rows' products with the head's 4 weight bytes to each coordinate's sum.
 TQ_VBMI bool sums_avx512(const TqValueTile& tile, int n, const float* p, const float* correction, int heads,
