@@ -117,11 +117,24 @@ TQ_VNNI __m512i row_sums_of_groups(const __m512i v[4]) {
   return _mm512_permutexvar_epi32(row_order, u);
 }
 
-// One head's 16 scores from the rows' dot products against the table bytes c8 + 128: the offset
-// 128 * sum_j q8[j] taken off, then the head's factor and each row's scale (-inf past n).
-TQ_VNNI inline void store_scores(__m512i biased_dot, int32_t q_sum, float factor, __m512 row_scale, __mmask16 live,
-                                 float* out) {
-  const __m512i dot = _mm512_sub_epi32(biased_dot, _mm512_set1_epi32(128 * q_sum));
+// The levels as unsigned bytes c8 + 128 in each 128-bit lane, for vpshufb (vpdpbusd multiplies
+// unsigned by signed bytes); each head's dot product then exceeds the signed one by
+// 128 * sum_j q8[j], which store_scores takes off.
+TQ_VNNI inline __m512i biased_level_table(const Int8Levels& levels) {
+  alignas(16) uint8_t table[16];
+  for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+}
+
+// One head's 16 scores from its two accumulators per group of 4 rows (dot products against the
+// table bytes): the rows' sums, the offset 128 * sum_j q8[j] taken off, then the head's factor and
+// each row's scale (-inf past n).
+TQ_VNNI inline void store_scores(const __m512i acc[2][4], int32_t q_sum, float factor, __m512 row_scale,
+                                 __mmask16 live, float* out) {
+  __m512i sums[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) sums[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
+  const __m512i dot = _mm512_sub_epi32(row_sums_of_groups(sums), _mm512_set1_epi32(128 * q_sum));
   const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(factor)), row_scale);
   _mm512_storeu_ps(out, _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, s));
 }
@@ -136,15 +149,10 @@ template <int CHUNKS>
 TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                            const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
                            const Int8Levels& levels, float* scores) {
-  static const uint8_t kZeroRow[256] = {};
   constexpr int d = 64 * CHUNKS, half = d / 2;
-  const uint8_t* r[kInt8ScoreTile];
-  for (int i = 0; i < kInt8ScoreTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
-  // The levels as unsigned bytes c8 + 128 (vpdpbusd multiplies unsigned by signed bytes); each
-  // head's dot product then exceeds the signed one by 128 * sum_j q8[j], taken off below.
-  alignas(16) uint8_t table[16];
-  for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
-  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
+  const __m512i lut = biased_level_table(levels);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   // codes[u][0 / 1][g]: run u (code bytes [16u, 16u + 16)) of group g's rows, low and high nibbles
   // (coordinates 16u + [0, 16) and d/2 + 16u + [0, 16)), as table bytes.
@@ -175,10 +183,7 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) acc[hi][g] = _mm512_dpbusd_epi32(acc[hi][g], codes[u][hi][g], qv);
       }
-    __m512i sums[4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) sums[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
-    store_scores(row_sums_of_groups(sums), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+    store_scores(acc, q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
   }
 }
 
@@ -190,13 +195,10 @@ template <int BITS, int RUNS>
 TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                                     const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
                                     const Int8Levels& levels, float* scores) {
-  static const uint8_t kZeroRow[256] = {};
   constexpr int d = 64 * RUNS, quarter = d / 4;
-  const uint8_t* r[kInt8ScoreTile];
-  for (int i = 0; i < kInt8ScoreTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
-  alignas(16) uint8_t table[16];  // c8 + 128, as in scores_avx512
-  for (int k = 0; k < 16; ++k) table[k] = static_cast<uint8_t>(levels.c8[k] + 128);
-  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
+  const __m512i lut = biased_level_table(levels);
   __m512i codes[RUNS][4][4];  // [run][k][group]
 #pragma GCC unroll 8
   for (int u = 0; u < RUNS; ++u)
@@ -224,10 +226,7 @@ TQ_VNNI void scores_low_bits_avx512(const CodedRowFormat& f, const uint8_t* cons
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) acc[k % 2][g] = _mm512_dpbusd_epi32(acc[k % 2][g], codes[u][k][g], qv);
       }
-    __m512i sums[4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) sums[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
-    store_scores(row_sums_of_groups(sums), q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
+    store_scores(acc, q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
   }
 }
 

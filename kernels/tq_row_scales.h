@@ -18,6 +18,19 @@ constexpr int kTileRows = 16;
 
 inline int scale_offset(const CodedRowFormat& f) { return f.dim * f.bits / 8; }
 
+// A tile's rows with those past n pointed at zero code bytes (as many as the widest row's: d 512 at
+// 4 bits), so that the kernels read all 16 rows' codes without a branch; their lanes are masked
+// or weighted 0 afterwards, and their scales are never read.
+struct TileRows {
+  const uint8_t* r[kTileRows];
+};
+inline TileRows rows_or_zero(const uint8_t* const rows[kTileRows], int n) {
+  static const uint8_t kZeroCodes[256] = {};
+  TileRows t;
+  for (int i = 0; i < kTileRows; ++i) t.r[i] = i < n ? rows[i] : kZeroCodes;
+  return t;
+}
+
 inline float row_scale(const CodedRowFormat& f, const uint8_t* row) {
   const uint8_t* p = row + scale_offset(f);
   if (f.f16_scale) {

@@ -135,10 +135,9 @@ TQ_VBMI inline __m512i row_pair(const uint8_t* a, const uint8_t* b, int at) {
 template <int CHUNKS>
 TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                          const Int8Levels& levels, TqValueTile* tile) {
-  static const uint8_t kZeroRow[256] = {};
   constexpr int half = 32 * CHUNKS;
-  const uint8_t* r[kInt8SumTile];
-  for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
   _mm512_store_ps(tile->scale, tq_rows::row_scales_avx512(f, rows, n));
   tile->n = n;
   tile->dim = f.dim;
@@ -181,10 +180,9 @@ constexpr LanesInterleaveTable kLanesInterleave;
 template <int BITS, int RUNS>
 TQ_VBMI void tile_low_bits_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                                   const Int8Levels& levels, TqValueTile* tile) {
-  static const uint8_t kZeroRow[256] = {};
   constexpr int d = 64 * RUNS, quarter = d / 4;
-  const uint8_t* r[kInt8SumTile];
-  for (int i = 0; i < kInt8SumTile; ++i) r[i] = i < n ? rows[i] : kZeroRow;
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
   _mm512_store_ps(tile->scale, tq_rows::row_scales_avx512(f, rows, n));
   tile->n = n;
   tile->dim = d;
