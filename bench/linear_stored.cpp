@@ -50,7 +50,7 @@ void run(benchmark::State& state, DType t, Kernel kernel) {
     w32.resize(out * in);
     dequantize_row(t, w.data(), w32.data(), out * in);
   }
-  std::vector<uint8_t> grouped;
+  LargeBytes grouped;
   const int group_rows = interleaved_group_rows(t);  // this CPU's layout
   if (kernel == Kernel::Interleaved) grouped = interleave_rows(t, w.data(), out, in, group_rows);
   const StoredProduct interleaved{t, grouped.data(), out, nullptr, y.data(), group_rows};

@@ -189,8 +189,8 @@ size_t interleaved_bytes(DType t, int64_t out, int64_t in, int group_rows) {
   return static_cast<size_t>(groups) * static_cast<size_t>(in / kSlice) * interleaved_slice_bytes(t, group_rows);
 }
 
-std::vector<uint8_t> interleave_rows(DType t, const uint8_t* rows, int64_t out, int64_t in, int group_rows) {
-  std::vector<uint8_t> dst(interleaved_bytes(t, out, in, group_rows), 0);  // padding rows: scales 0
+LargeBytes interleave_rows(DType t, const uint8_t* rows, int64_t out, int64_t in, int group_rows) {
+  LargeBytes dst(interleaved_bytes(t, out, in, group_rows), 0);  // padding rows: scales 0
   if (is_k_type(t)) {
     const auto to_group = t == DType::Q4_K ? q4_k_to_group : q6_k_to_group;
     for_each_k_block(t, out, in, group_rows, [&](int64_t o, size_t row_at, size_t group_at) {

@@ -41,6 +41,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/ggml_blocks.h"
+#include "memory/huge_pages.h"
 
 namespace tq {
 
@@ -73,7 +74,7 @@ size_t interleaved_bytes(DType t, int64_t out, int64_t in, int group_rows);
 // rows: [out] rows of `in` values as stored → the interleaved layout. Throws tq::Error for a type
 // without one (not Q4_1, Q8_0, Q4_K or Q6_K), a group size other than 8 or 16 (16 for the K types),
 // or an `in` that is not a multiple of 32 (256 for the K types).
-std::vector<uint8_t> interleave_rows(DType t, const uint8_t* rows, int64_t out, int64_t in, int group_rows);
+LargeBytes interleave_rows(DType t, const uint8_t* rows, int64_t out, int64_t in, int group_rows);
 
 // Row `row` of interleaved weights back in the stored row layout: dst gets dtype_row_bytes(t, in).
 void deinterleave_row(DType t, const uint8_t* interleaved, int64_t in, int group_rows, int64_t row, uint8_t* dst);

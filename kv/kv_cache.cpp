@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "errors/error.h"
+#include "memory/huge_pages.h"
 
 namespace tq {
 
@@ -19,7 +20,7 @@ std::atomic<size_t> g_live_arena_bytes{0};
 
 void KvCache::ArenaFree::operator()(uint8_t* p) const {
   g_live_arena_bytes -= bytes;
-  delete[] p;
+  huge_page_free(p, bytes);
 }
 
 KvCache::Arena KvCache::allocate_arena(size_t bytes) {
@@ -31,7 +32,9 @@ KvCache::Arena KvCache::allocate_arena(size_t bytes) {
       return Arena(nullptr, ArenaFree{0});
     }
   }
-  uint8_t* p = new (std::nothrow) uint8_t[bytes];
+  // Huge pages where the kernel offers them: a decode step reads each sequence's rows block by
+  // block, scattered over the arena, and with 4 KiB pages most blocks cost a page walk.
+  uint8_t* p = static_cast<uint8_t*>(huge_page_allocate(bytes));
   if (!p) return Arena(nullptr, ArenaFree{0});
   g_live_arena_bytes += bytes;
   return Arena(p, ArenaFree{bytes});

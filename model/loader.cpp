@@ -117,7 +117,7 @@ class TensorReader {
   // `group_rows` is given and this CPU has a kernel for the type's interleaved layout.
   // Returns the dtype kept.
   DType read_into(const std::string& name, const std::vector<int64_t>& dims, std::vector<float>* values,
-                  std::vector<uint8_t>* packed, int* group_rows) {
+                  LargeBytes* packed, int* group_rows) {
     const TensorView* t = find_(name);
     if (!t) fail("{}: tensor '{}' is missing", file_, name);
     if (t->dims != dims) fail("{}: tensor '{}' has shape {} but the config implies {}", file_, name, shape(t->dims), shape(dims));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "memory/huge_pages.h"
 
 namespace tq {
 
@@ -14,7 +15,7 @@ namespace tq {
 struct LinearWeights {
   DType dtype = DType::F32;
   std::vector<float> w;         // [out, in] when dtype is F32
-  std::vector<uint8_t> packed;  // [out] rows of `in` values in `dtype` blocks otherwise
+  LargeBytes packed;            // [out] rows of `in` values in `dtype` blocks otherwise
   int group_rows = 0;           // > 0: packed is in kernels/interleaved_rows.h's layout, groups of this many rows
   std::vector<float> bias;      // [out] or empty
   int64_t out = 0;

@@ -229,7 +229,7 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int64_t out : {8, 16, 37, 64}) {
     const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
-    const std::vector<uint8_t> grouped = interleave_rows(t, rows.data(), out, in, R);
+    const LargeBytes grouped = interleave_rows(t, rows.data(), out, in, R);
     ASSERT_EQ(grouped.size(), interleaved_bytes(t, out, in, R));
     EXPECT_EQ(grouped.size(), size_t((out + R - 1) / R * R) *
                                   (dtype_row_bytes(t, in) + extra_per_block * in / dtype_traits(t).block_elems));
