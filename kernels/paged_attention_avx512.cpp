@@ -11,6 +11,7 @@
 // Several query tokens of one sequence (a prefill chunk's) walk the same tiles together, each tile
 // decoded once for all of them: a query's arithmetic is the same as in a call of its own.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -187,6 +188,28 @@ inline bool coded_tile(const PagedAttentionArgs& a, int t0, int n) {
   return (a.exact_from < 0 || t0 + n <= a.exact_from) && (!a.windows || (t0 >= a.coded_begin && t0 + n <= a.coded_end));
 }
 
+// int8_levels, kept for the last two tables this thread saw (a cache's key and value codebooks):
+// it is asked per call, that is per layer, part and side, for the same few tables, and its
+// rounding showed in decode profiles (~1 %). Compared by content, so a table that changes or
+// moves is simply computed again.
+Int8Levels int8_levels_of_last(const float* levels, int count) {
+  struct Entry {
+    int count = 0;
+    float levels[16];
+    Int8Levels result;
+  };
+  thread_local Entry entries[2];
+  thread_local int next = 0;
+  for (const Entry& e : entries)
+    if (e.count == count && std::memcmp(e.levels, levels, sizeof(float) * size_t(count)) == 0) return e.result;
+  Entry& e = entries[next];
+  next ^= 1;
+  e.result = int8_levels(levels, count);
+  e.count = count;
+  std::memcpy(e.levels, levels, sizeof(float) * size_t(count));
+  return e.result;
+}
+
 // Queries q[0 .. n_queries) of one sequence (same pages, heads and ctx_begin; any n_ctx), each
 // with exactly the arithmetic it gets alone: per KV head the context is walked in the same tiles,
 // decoded once for every query that reads the tile's rows as the longest one does (the others,
@@ -220,7 +243,7 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // and their factors; a query with a non-finite value in a head is scored in fp32.
   const bool int8_scores =
       ref.int8_key_scores && tq_key_scores_format(ref.k.format) && tq_key_scores_avx512_available();
-  const Int8Levels levels8 = int8_scores ? int8_levels(ref.k.format.levels, 1 << ref.k.format.bits) : Int8Levels{};
+  const Int8Levels levels8 = int8_scores ? int8_levels_of_last(ref.k.format.levels, 1 << ref.k.format.bits) : Int8Levels{};
   thread_local std::vector<int8_t> q8;          // [n_queries, group, d]
   thread_local std::vector<float> factor;       // [n_queries, group]
   thread_local std::vector<int32_t> q_sum;      // [n_queries, group]
@@ -235,7 +258,8 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // from the coded pages; a tile whose weights cannot be rounded to bytes is summed in fp32.
   const bool int8_sums =
       ref.int8_value_sums && tq_value_sums_format(ref.v.format) && tq_value_sums_avx512_available();
-  const Int8Levels value_levels8 = int8_sums ? int8_levels(ref.v.format.levels, 1 << ref.v.format.bits) : Int8Levels{};
+  const Int8Levels value_levels8 =
+      int8_sums ? int8_levels_of_last(ref.v.format.levels, 1 << ref.v.format.bits) : Int8Levels{};
   float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
   static_assert(kMaxGroup <= kInt8SumMaxHeads);
   // ref's tile of value rows as the summer reads them. A query shorter than ref reads it too: the
