@@ -27,6 +27,8 @@ size_t round_up(size_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageB
 
 }  // namespace
 
+bool large_buffers_mapped() { return kMapLargeBuffers; }
+
 void* huge_page_allocate(size_t bytes) {
   if (!mapped(bytes)) return std::calloc(1, bytes > 0 ? bytes : 1);
   // Over-map by one huge page and keep the aligned part: the kernel gives huge pages only to

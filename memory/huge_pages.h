@@ -20,6 +20,8 @@ constexpr size_t kHugePageBytes = size_t(2) << 20;
 // checks cover these buffers as any other.
 void* huge_page_allocate(size_t bytes);
 void huge_page_free(void* p, size_t bytes);
+// Whether buffers of kHugePageBytes or more are mapped and advised (false under AddressSanitizer).
+bool large_buffers_mapped();
 
 // Whether the range holds any huge page now (/proc/self/smaps' AnonHugePages): for tests and reports.
 bool backed_by_huge_pages(const void* p, size_t bytes);

@@ -12,18 +12,6 @@
 namespace tq {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
 // The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled ("always", "madvise", "never"),
 // empty where the file is missing.
 std::string thp_mode() {
@@ -45,7 +33,7 @@ TEST(HugePages, LargeBufferIsZeroedAlignedAndBackedByHugePages) {
   p[bytes - 1] = 7;
   EXPECT_EQ(p[4096], 2);
   EXPECT_EQ(p[bytes - 1], 7);
-  if (!kAsan) {
+  if (large_buffers_mapped()) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
     const std::string mode = thp_mode();
     if (mode == "always" || mode == "madvise")
