@@ -65,8 +65,9 @@ TQ_LOW_BITS_TARGET Run load_run(const uint8_t* const r[4], int c0, int d) {
 
 // The index bytes of coordinates c0 + k*d/4 + [0, 16) of the run's 4 rows, in the places of their
 // packed bytes, for a 16-entry byte table lookup (vpshufb): bits 0-2 the index, bit 3 and bit 7
-// zero, bits 4-6 unspecified at 3 bits (per-byte arithmetic, so a run permuted first gives them
-// permuted alike).
+// zero, bits 4-6 unspecified at 3 bits (the 16-bit shifts may bring a neighbour byte's bits
+// there). Bits 0-3 and 7 depend on their own byte alone, so a run permuted by bytes first gives
+// them permuted alike.
 template <int BITS>
 TQ_LOW_BITS_TARGET __m512i indices(const Run& run, int k) {
   const __m512i low = _mm512_srli_epi16(run.low, 2 * k);

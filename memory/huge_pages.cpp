@@ -42,7 +42,9 @@ void* huge_page_allocate(size_t bytes) {
   if (aligned > begin) ::munmap(raw, aligned - begin);
   const uintptr_t end = begin + size + kHugePageBytes;
   if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
-  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // THP "never": stays 4 KiB pages
+  // Only whole huge pages are advised: a last, partial one stays in 4 KiB pages rather than
+  // committing 2 MiB for a few bytes. THP "never": all of it stays in 4 KiB pages.
+  ::madvise(reinterpret_cast<void*>(aligned), bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
   return reinterpret_cast<void*>(aligned);
 }
 
@@ -52,10 +54,10 @@ void huge_page_free(void* p, size_t bytes) {
   ::munmap(p, round_up(bytes));
 }
 
-bool backed_by_huge_pages(const void* p, size_t bytes) {
+bool advised_for_huge_pages(const void* p, size_t bytes) {
   std::ifstream smaps("/proc/self/smaps");
   const uintptr_t first = reinterpret_cast<uintptr_t>(p), last = first + bytes;
-  bool inside = false;
+  bool inside = false, any = false;
   std::string line;
   while (std::getline(smaps, line)) {
     unsigned long lo = 0, hi = 0;
@@ -63,10 +65,12 @@ bool backed_by_huge_pages(const void* p, size_t bytes) {
       inside = lo < last && first < hi;
       continue;
     }
-    unsigned long kb = 0;
-    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %lu kB", &kb) == 1 && kb > 0) return true;
+    if (inside && line.rfind("VmFlags:", 0) == 0) {
+      if ((line + " ").find(" hg ") == std::string::npos) return false;
+      any = true;
+    }
   }
-  return false;
+  return any;
 }
 
 }  // namespace tq

@@ -2,7 +2,7 @@
 // transparent huge pages where the kernel offers them (THP "always" or "madvise"): decode reads
 // every weight and, at long contexts, KV rows scattered over the arena block by block; with 4 KiB
 // pages most of those reads first wait for a page walk. Measured: SmolLM2 tq4 decode at 8000
-// positions 5-13 % faster (docs/BENCHMARKS.md).
+// positions 2-14 % faster in three A/B runs (docs/BENCHMARKS.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,8 +11,8 @@
 
 namespace tq {
 
-// Buffers from this size on are mapped on their own, aligned to and advised for huge pages;
-// smaller ones come from malloc.
+// Buffers from this size on are mapped on their own, aligned to huge pages and advised for them
+// (all but a last partial one); smaller ones come from malloc.
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 
 // `bytes` of zeroed memory (nullptr when it cannot be had), freed by huge_page_free with the same
@@ -23,12 +23,15 @@ void huge_page_free(void* p, size_t bytes);
 // Whether buffers of kHugePageBytes or more are mapped and advised (false under AddressSanitizer).
 bool large_buffers_mapped();
 
-// Whether the range holds any huge page now (/proc/self/smaps' AnonHugePages): for tests and reports.
-bool backed_by_huge_pages(const void* p, size_t bytes);
+// Whether every mapping the range touches is advised for huge pages (the "hg" flag in
+// /proc/self/smaps). Whether the kernel then grants them depends on its THP settings and free
+// memory; /proc/self/smaps' AnonHugePages says what it did.
+bool advised_for_huge_pages(const void* p, size_t bytes);
 
 // A standard allocator over huge_page_allocate, for containers of large buffers.
 template <class T>
 struct HugePageAllocator {
+  static_assert(alignof(T) <= alignof(std::max_align_t), "malloc's alignment serves small buffers");
   using value_type = T;
   HugePageAllocator() = default;
   template <class U>

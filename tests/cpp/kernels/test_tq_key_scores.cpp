@@ -177,7 +177,45 @@ TEST(TqKeyScores, Avx512ScorerIsBitIdenticalToScalar) {
 
 // The kernel with int8_key_scores against softmax attention in double precision over the int8
 // forms: each query head as quantize_query_int8 gives it, each key row as its scale times the int8
-// levels (no windows or exact rows here: WindowAndExactRowsKeepFp32Scores covers them).
+// levels (no windows or exact rows here: WindowAndExactRowsKeepFp32Scores covers them). `levels`
+// replaces the pages' codebook when given (the rows keep their indices).
+void check_int8_scores(const Pages& p, int bits, int group, std::mt19937& rng, const float* levels = nullptr) {
+  const int d = p.k.format.dim, n_kv = 2, n_q = n_kv * group, n_ctx = p.n_ctx;
+  const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
+  std::vector<float> fp32(size_t(n_q) * d), int8(fp32.size(), -3.0f), ref(fp32.size());
+  PagedAttentionArgs a = make_args(p, q.data(), n_q, int8.data());
+  PagedAttentionArgs b = make_args(p, q.data(), n_q, fp32.data());
+  if (levels) a.k.format.levels = b.k.format.levels = levels;
+  ASSERT_TRUE(paged_attention_fast_avx512_available(a));
+  a.int8_key_scores = true;
+  paged_attention_fast(a);
+  paged_attention_fast(b);
+  // The int8 forms.
+  const Int8Levels l = int8_levels(a.k.format.levels, 1 << bits);
+  float levels8[16];
+  for (int k = 0; k < 16; ++k) levels8[k] = l.c8[k] * l.scale;
+  CodedRowFormat f8 = p.k.format;
+  f8.levels = levels8;
+  std::vector<float> q_int8(q.size()), k_int8(p.k_dec.size());
+  for (int h = 0; h < n_q; ++h) {
+    int8_t q8[512];
+    float q_scale;
+    int32_t q_sum;
+    ASSERT_TRUE(quantize_query_int8(q.data() + h * d, d, q8, &q_scale, &q_sum));
+    for (int j = 0; j < d; ++j) q_int8[h * d + j] = q8[j] * q_scale;
+  }
+  for (int t = 0; t < n_ctx; ++t)
+    for (int g = 0; g < n_kv; ++g) {
+      const uint8_t* row = p.k_pages.data() + p.block_table[t / p.block_size] * p.k.block_stride +
+                           g * p.k.head_stride + (t % p.block_size) * p.k.row_stride;
+      decode_coded_row_scalar(f8, row, k_int8.data() + (size_t(t) * n_kv + g) * d);
+    }
+  attention_reference(q_int8.data(), k_int8.data(), p.v_dec.data(), n_q, n_kv, d, n_ctx, a.scale, ref.data());
+  EXPECT_LE(relative_diff(int8, ref), 1e-5f);
+  if (n_ctx > 1) EXPECT_NE(int8, fp32);  // the flag is honoured
+  EXPECT_LE(relative_diff(int8, fp32), 0.05f);
+}
+
 TEST(TqKeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
   std::mt19937 rng(77);
   if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
@@ -187,42 +225,29 @@ TEST(TqKeyScores, AttentionWithInt8ScoresIsAttentionOverTheInt8Forms) {
     for (int group : {1, 3, 4})
       for (int n_ctx : {1, 37, 300}) {
         SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " group=" + std::to_string(group) + " n_ctx=" + std::to_string(n_ctx));
-        const int n_kv = 2, n_q = n_kv * group;
-        const Pages p = build_pages(d, n_kv, n_ctx, n_ctx == 300 ? 128 : 16, tq_spec(bits), kF16, rng);
-        const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
-        std::vector<float> fp32(size_t(n_q) * d), int8(fp32.size(), -3.0f), ref(fp32.size());
-        PagedAttentionArgs a = make_args(p, q.data(), n_q, int8.data());
-        ASSERT_TRUE(paged_attention_fast_avx512_available(a));
-        a.int8_key_scores = true;
-        paged_attention_fast(a);
-        paged_attention_fast(make_args(p, q.data(), n_q, fp32.data()));
-        // The int8 forms.
-        const Int8Levels l = int8_levels(p.k.format.levels, 1 << bits);
-        float levels8[16];
-        for (int k = 0; k < 16; ++k) levels8[k] = l.c8[k] * l.scale;
-        CodedRowFormat f8 = p.k.format;
-        f8.levels = levels8;
-        std::vector<float> q_int8(q.size()), k_int8(p.k_dec.size());
-        for (int h = 0; h < n_q; ++h) {
-          int8_t q8[512];
-          float q_scale;
-          int32_t q_sum;
-          ASSERT_TRUE(quantize_query_int8(q.data() + h * d, d, q8, &q_scale, &q_sum));
-          for (int j = 0; j < d; ++j) q_int8[h * d + j] = q8[j] * q_scale;
-        }
-        for (int t = 0; t < n_ctx; ++t)
-          for (int g = 0; g < n_kv; ++g) {
-            const uint8_t* row = p.k_pages.data() + p.block_table[t / p.block_size] * p.k.block_stride +
-                                 g * p.k.head_stride + (t % p.block_size) * p.k.row_stride;
-            decode_coded_row_scalar(f8, row, k_int8.data() + (size_t(t) * n_kv + g) * d);
-          }
-        attention_reference(q_int8.data(), k_int8.data(), p.v_dec.data(), n_q, n_kv, d, n_ctx, a.scale, ref.data());
-        EXPECT_LE(relative_diff(int8, ref), 1e-5f);
-        if (n_ctx > 1) EXPECT_NE(int8, fp32);  // the flag is honoured
-        EXPECT_LE(relative_diff(int8, fp32), 0.05f);
+        // Blocks of 12 rows at 37 positions: tiles of 16 that span two blocks.
+        const int block_size = n_ctx == 300 ? 128 : n_ctx == 37 ? 12 : 16;
+        check_int8_scores(build_pages(d, 2, n_ctx, block_size, tq_spec(bits), kF16, rng), bits, group, rng);
         ++cases;
       }
   EXPECT_EQ(cases, 54);
+}
+
+// The kernel keeps the int8 tables of the last codebooks it saw: a table rewritten in place, and
+// a third table after two others, must be rounded afresh.
+TEST(TqKeyScores, Int8TablesFollowTheCodebookContents) {
+  std::mt19937 rng(78);
+  if (!tq_key_scores_avx512_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const Pages p = build_pages(64, 2, 70, 16, tq_spec(4), kF16, rng);
+  float levels[16];
+  std::copy(p.k.format.levels, p.k.format.levels + 16, levels);
+  check_int8_scores(p, 4, 3, rng, levels);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (int k = 0; k < 16; ++k) levels[k] = levels[k] * 0.9f + (k % 3 == round ? 0.01f : -0.005f);  // same address
+    check_int8_scores(p, 4, 3, rng, levels);
+    check_int8_scores(build_pages(128, 2, 70, 16, tq_spec(2 + round % 2), kF16, rng), 2 + round % 2, 3, rng);
+  }
 }
 
 // Softmax attention in double precision of one query head against rows each with its own query

@@ -185,7 +185,8 @@ TEST(TqValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
         SCOPED_TRACE("bits=" + std::to_string(bits) + " d=" + std::to_string(d) + " group=" + std::to_string(group) +
                      " n_ctx=" + std::to_string(n_ctx));
         const int n_kv = 2, n_q = n_kv * group;
-        const Pages pg = build_pages(d, n_kv, n_ctx, 16, kF16, tq_spec(bits), rng);
+        // Blocks of 12 rows at 37 positions: tiles of 16 that span two blocks.
+        const Pages pg = build_pages(d, n_kv, n_ctx, n_ctx == 37 ? 12 : 16, kF16, tq_spec(bits), rng);
         const std::vector<float> q = random_vec(size_t(n_q) * d, rng, 2.0f);
         std::vector<float> int8(size_t(n_q) * d, -3.0f), fp32(int8.size());
         PagedAttentionArgs a = make_args(pg, q.data(), n_q, int8.data());
@@ -209,8 +210,8 @@ TEST(TqValueSums, AttentionWithInt8SumsIsAttentionOverTheInt8Levels) {
           for (int t = 0; t < n_ctx; ++t) sum += (s[t] = std::exp(s[t] - top));
           std::vector<const uint8_t*> row(n_ctx);
           for (int t = 0; t < n_ctx; ++t) {
-            row[t] = pg.v_pages.data() + pg.block_table[t / 16] * pg.v.block_stride + g * pg.v.head_stride +
-                     (t % 16) * pg.v.row_stride;
+            row[t] = pg.v_pages.data() + pg.block_table[t / pg.block_size] * pg.v.block_stride + g * pg.v.head_stride +
+                     (t % pg.block_size) * pg.v.row_stride;
             scale[t] = stored_scale(pg.v.format, row[t]);
           }
           for (int c = 0; c < d; ++c) {
