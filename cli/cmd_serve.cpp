@@ -35,6 +35,10 @@
 namespace tq {
 namespace {
 
+constexpr const char* kNeedsPrefixCaching =
+    "--kv-events-endpoint reports the prefix cache's blocks: it needs prefix caching, which "
+    "--no-enable-prefix-caching and --kv-chunk-rows exact turn off";
+
 struct ServeFlags {
   ModelOptions model;
   CacheOptions cache;
@@ -162,6 +166,13 @@ int run_serve(ServeFlags& f) {
   std::unique_ptr<KvEventPublisher> kv_events;  // outlives the engine that feeds it
   std::unique_ptr<AsyncEngine> engine;
   try {
+    // A bad events endpoint or flag combination fails before the model and the cache are loaded.
+    if (!f.server.kv_events_endpoint.empty()) {
+      if (f.no_prefix_caching || f.cache.kv_chunk_rows == "exact") fail(kNeedsPrefixCaching);
+      kv_events = std::make_unique<KvEventPublisher>(f.server.kv_events_endpoint, f.server.kv_events_topic);
+      std::fprintf(stderr, "tqserve: KV cache events on %s (topic '%s')\n", f.server.kv_events_endpoint.c_str(),
+                   f.server.kv_events_topic.c_str());
+    }
     LoadedModel loaded = load_model_for_cli(f.model);
     session = std::make_unique<Session>();
     session->model = std::move(loaded);
@@ -222,18 +233,13 @@ int run_serve(ServeFlags& f) {
     ec.max_model_len = session->max_model_len;
     ec.enable_prefix_caching = !f.no_prefix_caching;
     AsyncEngine::KvEventListener on_kv_events;
-    if (!f.server.kv_events_endpoint.empty()) {
-      kv_events = std::make_unique<KvEventPublisher>(f.server.kv_events_endpoint, f.server.kv_events_topic);
+    if (kv_events) {
       ec.kv_events = true;
       on_kv_events = [publisher = kv_events.get()](std::vector<KvCacheEvent> events) { publisher->publish(std::move(events)); };
-      std::fprintf(stderr, "tqserve: KV cache events on %s (topic '%s')\n", f.server.kv_events_endpoint.c_str(),
-                   f.server.kv_events_topic.c_str());
     }
     core = std::make_unique<EngineCore>(*session->transformer, *cache, session->model.tokenizer.get(),
                                         session->model.stop_ids, ec);
-    if (kv_events && !core->pool().prefix_caching())
-      fail("--kv-events-endpoint reports the prefix cache's blocks: it needs prefix caching, which "
-           "--no-enable-prefix-caching and --kv-chunk-rows exact turn off");
+    if (kv_events && !core->pool().prefix_caching()) fail(kNeedsPrefixCaching);
     engine = std::make_unique<AsyncEngine>(*core, std::move(on_kv_events));
   } catch (...) {
     shutdown_threads();
