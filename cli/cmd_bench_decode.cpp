@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/session.h"
@@ -30,15 +29,6 @@ struct BenchDecodeFlags {
   uint64_t seed = 0;
   bool json = false;
 };
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
 
 std::vector<int> parse_contexts(const std::string& text) {
   std::vector<int> out;

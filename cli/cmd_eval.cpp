@@ -20,16 +20,6 @@
 namespace tq {
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 std::string read_texts(const std::vector<std::string>& files) {
   if (files.empty()) fail("give at least one --text-file");
   std::string text;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "errors/error.h"
 #include "eval/kv_auto.h"
@@ -91,6 +92,15 @@ void apply_threads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) items.push_back(item);
+  return items;
 }
 
 LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/kv_calibration.h"
 #include "eval/kv_auto.h"
@@ -76,6 +77,9 @@ int resolve_max_model_len(const CacheOptions& o, const ModelConfig& c);
 
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);
+
+// The non-empty items of a comma-separated flag value ("f16,,tq4" -> f16, tq4).
+std::vector<std::string> split_list(const std::string& text);
 
 // Loads the model (progress bar on a terminal when it takes a moment).
 LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights = true);

@@ -27,12 +27,6 @@ float load_f32(const uint8_t* p) {
   return v;
 }
 
-float load_f16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return fp16_to_fp32(v);
-}
-
 // Packed-code bytes of `dim` values at `bits`, without tq_codes_bytes' shape check: decoders run
 // per row, and a format is checked once (check_coded_row_format) before rows are decoded.
 inline size_t codes_bytes(int dim, int bits) { return size_t(dim) * bits / 8; }
@@ -40,7 +34,7 @@ inline size_t codes_bytes(int dim, int bits) { return size_t(dim) * bits / 8; }
 // The scale of a whole TurboQuant row (TQ), stored after its codes.
 inline float tq_scale(const CodedRowFormat& f, const uint8_t* row) {
   const uint8_t* at = row + codes_bytes(f.dim, f.bits);
-  return f.f16_scale ? load_f16(at) : load_f32(at);
+  return f.f16_scale ? fp16_at(at) : load_f32(at);
 }
 
 // out[j] = levels[idx_j] * scale over one TurboQuant half or whole row of `dim` values.
@@ -131,7 +125,7 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
       }
       return;
     case RowCodec::F16:
-      for (int j = 0; j < d; ++j) out[j] = load_f16(row + 2 * j);
+      for (int j = 0; j < d; ++j) out[j] = fp16_at(row + 2 * j);
       return;
     case RowCodec::Q8_0:  // ggml's block layouts and arithmetic (kernels/dequantize.h)
       dequantize_row(DType::Q8_0, row, out, d);
@@ -145,12 +139,12 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
     case RowCodec::TQ_SPLIT: {
       const int h = d / 2;
       const size_t hi_bytes = codes_bytes(h, f.bits), codes = hi_bytes + codes_bytes(h, f.bits_lo);
-      decode_tq_scalar(row, h, f.bits, f.levels, load_f16(row + codes), out);
-      decode_tq_scalar(row + hi_bytes, h, f.bits_lo, f.levels_lo, load_f16(row + codes + 2), out + h);
+      decode_tq_scalar(row, h, f.bits, f.levels, fp16_at(row + codes), out);
+      decode_tq_scalar(row + hi_bytes, h, f.bits_lo, f.levels_lo, fp16_at(row + codes + 2), out + h);
       return;
     }
     case RowCodec::TQ_CHANNELS: {
-      const float scale = load_f16(row + channel_codes_bytes(f));
+      const float scale = fp16_at(row + channel_codes_bytes(f));
       for (int p = 0, at = 0; p < f.parts; at += f.part_dims[p], ++p) {
         decode_channel_part_scalar(row, f.part_dims[p], f.part_bits[p], f.part_levels[p], scale, out + at);
         row += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
@@ -275,7 +269,7 @@ TQ_AVX2 void decode_channel_part(const uint8_t* codes, int dim, int bits, const 
 
 TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
   for (int b = 0; b < d / kBlock; ++b, row += sizeof(BlockQ8_0), out += kBlock) {
-    const __m256 s = _mm256_set1_ps(load_f16(row + offsetof(BlockQ8_0, d)));
+    const __m256 s = _mm256_set1_ps(fp16_at(row + offsetof(BlockQ8_0, d)));
     const uint8_t* qs = row + offsetof(BlockQ8_0, qs);
     for (int j = 0; j < kBlock; j += 8) {
       const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + j)));
@@ -287,7 +281,7 @@ TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
 TQ_AVX2 void decode_q4_0(const uint8_t* row, int d, float* out) {
   const __m256i m4 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
   for (int b = 0; b < d / kBlock; ++b, row += sizeof(BlockQ4_0), out += kBlock) {
-    const __m256 s = _mm256_set1_ps(load_f16(row + offsetof(BlockQ4_0, d)));
+    const __m256 s = _mm256_set1_ps(fp16_at(row + offsetof(BlockQ4_0, d)));
     const uint8_t* qs = row + offsetof(BlockQ4_0, qs);
     for (int j = 0; j < 16; j += 8) {
       const __m256i bytes = load8_u8(qs + j);
@@ -303,7 +297,7 @@ TQ_AVX2 void decode_f16(const uint8_t* row, int d, float* out) {
   int j = 0;
   for (; j + 8 <= d; j += 8)
     _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j))));
-  for (; j < d; ++j) out[j] = load_f16(row + 2 * j);
+  for (; j < d; ++j) out[j] = fp16_at(row + 2 * j);
 }
 
 TQ_AVX2 void decode_bf16(const uint8_t* row, int d, float* out) {
@@ -367,8 +361,8 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
       const TqPartDecoder high(h, f.bits, f.levels), low(h, f.bits_lo, f.levels_lo);
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;
-        high(row, load_f16(row + codes), out + i * out_stride);
-        low(row + hi_bytes, load_f16(row + codes + 2), out + i * out_stride + h);
+        high(row, fp16_at(row + codes), out + i * out_stride);
+        low(row + hi_bytes, fp16_at(row + codes + 2), out + i * out_stride + h);
       }
       return;
     }
@@ -376,7 +370,7 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
       const size_t codes = channel_codes_bytes(f);
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;
-        const float scale = load_f16(row + codes);
+        const float scale = fp16_at(row + codes);
         float* o = out + i * out_stride;
         for (int p = 0; p < f.parts; o += f.part_dims[p], ++p) {
           decode_channel_part(row, f.part_dims[p], f.part_bits[p], f.part_levels[p], scale, o);

@@ -36,15 +36,13 @@ uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-float load_f16(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
-
 constexpr int kQK = 32;  // elements per block of the legacy formats (q4_0 ... q8_0)
 
 // --- legacy 32-element blocks ------------------------------------------------------------
 // In all of them byte j of qs holds element j in its low nibble and element j + 16 in its high.
 
 void dequant_q4_0(const uint8_t* block, float* out) {
-  const float d = load_f16(block + offsetof(BlockQ4_0, d));
+  const float d = fp16_at(block + offsetof(BlockQ4_0, d));
   const uint8_t* qs = block + offsetof(BlockQ4_0, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     out[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
@@ -53,8 +51,8 @@ void dequant_q4_0(const uint8_t* block, float* out) {
 }
 
 void dequant_q4_1(const uint8_t* block, float* out) {
-  const float d = load_f16(block + offsetof(BlockQ4_1, d));
-  const float m = load_f16(block + offsetof(BlockQ4_1, m));
+  const float d = fp16_at(block + offsetof(BlockQ4_1, d));
+  const float m = fp16_at(block + offsetof(BlockQ4_1, m));
   const uint8_t* qs = block + offsetof(BlockQ4_1, qs);
   for (int j = 0; j < kQK / 2; ++j) {
     out[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
@@ -66,7 +64,7 @@ void dequant_q4_1(const uint8_t* block, float* out) {
 int fifth_bit(uint32_t qh, int element) { return static_cast<int>((qh >> element) & 1u) << 4; }
 
 void dequant_q5_0(const uint8_t* block, float* out) {
-  const float d = load_f16(block + offsetof(BlockQ5_0, d));
+  const float d = fp16_at(block + offsetof(BlockQ5_0, d));
   const uint32_t qh = load_u32(block + offsetof(BlockQ5_0, qh));
   const uint8_t* qs = block + offsetof(BlockQ5_0, qs);
   for (int j = 0; j < kQK / 2; ++j) {
@@ -78,8 +76,8 @@ void dequant_q5_0(const uint8_t* block, float* out) {
 }
 
 void dequant_q5_1(const uint8_t* block, float* out) {
-  const float d = load_f16(block + offsetof(BlockQ5_1, d));
-  const float m = load_f16(block + offsetof(BlockQ5_1, m));
+  const float d = fp16_at(block + offsetof(BlockQ5_1, d));
+  const float m = fp16_at(block + offsetof(BlockQ5_1, m));
   const uint32_t qh = load_u32(block + offsetof(BlockQ5_1, qh));
   const uint8_t* qs = block + offsetof(BlockQ5_1, qs);
   for (int j = 0; j < kQK / 2; ++j) {
@@ -91,7 +89,7 @@ void dequant_q5_1(const uint8_t* block, float* out) {
 }
 
 void dequant_q8_0(const uint8_t* block, float* out) {
-  const float d = load_f16(block + offsetof(BlockQ8_0, d));
+  const float d = fp16_at(block + offsetof(BlockQ8_0, d));
   const uint8_t* qs = block + offsetof(BlockQ8_0, qs);
   for (int j = 0; j < kQK; ++j) {
     out[j] = static_cast<float>(static_cast<int8_t>(qs[j])) * d;
@@ -103,8 +101,8 @@ void dequant_q8_0(const uint8_t* block, float* out) {
 void dequant_q2_k(const uint8_t* block, float* out) {
   const uint8_t* scales = block + offsetof(BlockQ2_K, scales);
   const uint8_t* qs = block + offsetof(BlockQ2_K, qs);
-  const float d = load_f16(block + offsetof(BlockQ2_K, d));
-  const float dmin = load_f16(block + offsetof(BlockQ2_K, dmin));
+  const float d = fp16_at(block + offsetof(BlockQ2_K, d));
+  const float dmin = fp16_at(block + offsetof(BlockQ2_K, dmin));
   int sub = 0;
   // Each 128-element half uses 32 bytes of qs; the four 2-bit planes of those bytes are four
   // consecutive 32-element runs, each run split into two 16-element sub-blocks.
@@ -135,7 +133,7 @@ void dequant_q3_k(const uint8_t* block, float* out) {
   const uint8_t* hmask = block + offsetof(BlockQ3_K, hmask);
   const uint8_t* qs = block + offsetof(BlockQ3_K, qs);
   const uint8_t* scales = block + offsetof(BlockQ3_K, scales);
-  const float d = load_f16(block + offsetof(BlockQ3_K, d));
+  const float d = fp16_at(block + offsetof(BlockQ3_K, d));
   int sub = 0;
   int hbit = 0;  // bit of hmask[l] that belongs to the current 32-element run
   for (int half = 0; half < 2; ++half, qs += 32) {
@@ -157,8 +155,8 @@ void dequant_q3_k(const uint8_t* block, float* out) {
 void dequant_q4_k(const uint8_t* block, float* out) {
   // 32 bytes of qs per 64 elements, low nibbles first (sub-block 2i), then high nibbles
   // (sub-block 2i + 1).
-  const float d = load_f16(block + offsetof(BlockQ4_K, d));
-  const float dmin = load_f16(block + offsetof(BlockQ4_K, dmin));
+  const float d = fp16_at(block + offsetof(BlockQ4_K, d));
+  const float dmin = fp16_at(block + offsetof(BlockQ4_K, dmin));
   const uint8_t* scales = block + offsetof(BlockQ4_K, scales);
   const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
   for (int pair = 0; pair < 4; ++pair, qs += 32) {
@@ -175,8 +173,8 @@ void dequant_q4_k(const uint8_t* block, float* out) {
 void dequant_q5_k(const uint8_t* block, float* out) {
   // As Q4_K, plus a fifth bit per element in qh[l], bit 2i for sub-block 2i and bit 2i + 1 for
   // sub-block 2i + 1.
-  const float d = load_f16(block + offsetof(BlockQ5_K, d));
-  const float dmin = load_f16(block + offsetof(BlockQ5_K, dmin));
+  const float d = fp16_at(block + offsetof(BlockQ5_K, d));
+  const float dmin = fp16_at(block + offsetof(BlockQ5_K, dmin));
   const uint8_t* scales = block + offsetof(BlockQ5_K, scales);
   const uint8_t* qh = block + offsetof(BlockQ5_K, qh);
   const uint8_t* qs = block + offsetof(BlockQ5_K, qs);
@@ -205,7 +203,7 @@ void dequant_q6_k(const uint8_t* block, float* out) {
   const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
   const uint8_t* qh = block + offsetof(BlockQ6_K, qh);
   const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
-  const float d = load_f16(block + offsetof(BlockQ6_K, d));
+  const float d = fp16_at(block + offsetof(BlockQ6_K, d));
   for (int half = 0; half < 2; ++half, ql += 64, qh += 32, scales += 8, out += 128) {
     for (int l = 0; l < 32; ++l) {
       const int sub = l / 16;
@@ -247,6 +245,8 @@ float fp16_to_fp32(uint16_t h) {
   }
   return std::bit_cast<float>(sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13));
 }
+
+float fp16_at(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
 
 uint16_t fp32_to_fp16(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
@@ -322,7 +322,7 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       return;
     case DType::F16: {
       const auto* bytes = static_cast<const uint8_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = load_f16(bytes + 2 * i);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_at(bytes + 2 * i);
       return;
     }
     case DType::BF16: {

@@ -9,12 +9,6 @@
 namespace tq {
 namespace {
 
-float load_f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
-}
-
 void fill_scale(WeightSlice* s, float scale) {
   for (float& v : s->scale) v = scale;
 }
@@ -32,8 +26,8 @@ void legacy_nibbles(const uint8_t* qs, int offset, int8_t* q) {
 void k_quant_4_5(const uint8_t* block, int j, bool five_bits, WeightSlice* s) {
   int sc, m;
   k4_scale_min(block + offsetof(BlockQ4_K, scales), j, &sc, &m);
-  fill_scale(s, load_f16(block + offsetof(BlockQ4_K, d)) * static_cast<float>(sc));
-  s->offset = -(load_f16(block + offsetof(BlockQ4_K, dmin)) * static_cast<float>(m));
+  fill_scale(s, fp16_at(block + offsetof(BlockQ4_K, d)) * static_cast<float>(sc));
+  s->offset = -(fp16_at(block + offsetof(BlockQ4_K, dmin)) * static_cast<float>(m));
   const uint8_t* qh = block + offsetof(BlockQ5_K, qh);
   const uint8_t* qs = block + (five_bits ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs)) + 32 * (j / 2);
   const int shift = 4 * (j & 1);
@@ -51,7 +45,7 @@ void k_quant_6(const uint8_t* block, int j, WeightSlice* s) {
   const uint8_t* ql = block + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (run & 1);
   const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * half;
   const auto* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * run;
-  const float d = load_f16(block + offsetof(BlockQ6_K, d));
+  const float d = fp16_at(block + offsetof(BlockQ6_K, d));
   const int low_shift = run >= 2 ? 4 : 0;
   for (int l = 0; l < 32; ++l) {
     const int q = ((ql[l] >> low_shift) & 0x0F) | (((qh[l] >> (2 * run)) & 3) << 4);
@@ -76,23 +70,23 @@ void unpack_weight_slice(DType t, const uint8_t* row, int64_t slice, WeightSlice
   switch (t) {
     case DType::Q8_0: {
       const uint8_t* blk = row + slice * sizeof(BlockQ8_0);
-      fill_scale(s, load_f16(blk + offsetof(BlockQ8_0, d)));
+      fill_scale(s, fp16_at(blk + offsetof(BlockQ8_0, d)));
       std::memcpy(s->q, blk + offsetof(BlockQ8_0, qs), 32);
       s->offset = 0;
       return;
     }
     case DType::Q4_0: {
       const uint8_t* blk = row + slice * sizeof(BlockQ4_0);
-      fill_scale(s, load_f16(blk + offsetof(BlockQ4_0, d)));
+      fill_scale(s, fp16_at(blk + offsetof(BlockQ4_0, d)));
       legacy_nibbles(blk + offsetof(BlockQ4_0, qs), 8, s->q);
       s->offset = 0;
       return;
     }
     case DType::Q4_1: {
       const uint8_t* blk = row + slice * sizeof(BlockQ4_1);
-      fill_scale(s, load_f16(blk + offsetof(BlockQ4_1, d)));
+      fill_scale(s, fp16_at(blk + offsetof(BlockQ4_1, d)));
       legacy_nibbles(blk + offsetof(BlockQ4_1, qs), 0, s->q);
-      s->offset = load_f16(blk + offsetof(BlockQ4_1, m));
+      s->offset = fp16_at(blk + offsetof(BlockQ4_1, m));
       return;
     }
     // Eight 32-value slices per 256-value super-block.
