@@ -8,16 +8,17 @@
 # bf16 (what vLLM's CPU backend computes in; float32 would double the folder), where bench/compare
 # looks for it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 MODEL=""
 if [ $# -gt 0 ]; then
   if [ "$1" != "--model" ] || [ $# -ne 2 ]; then
     echo "usage: scripts/setup_vllm.sh [--model FILE.gguf]" >&2
     exit 2
   fi
-  MODEL=$(realpath "$2")
+  # Absolute, from where the script was called, links kept: the folder goes beside the path given.
+  MODEL=$(realpath -s "$2")
   [ -f "$MODEL" ] || { echo "setup_vllm: $2 is not a file" >&2; exit 2; }
 fi
+cd "$(dirname "$0")/.."
 VENV=build/vllm-venv
 VERSION=0.32.0
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
@@ -42,7 +43,7 @@ PY
   rm -rf "$dl"
 fi
 if [ -n "$MODEL" ]; then
-  out="${MODEL%.gguf}-hf"
+  out="${MODEL%.*}-hf"  # the name without its last suffix, as bench/compare's Path.stem
   if [ ! -f "$out/config.json" ]; then
     nice -n 10 "$VENV/bin/python" bench/vllm/convert_gguf.py "$(dirname "$MODEL")" "$(basename "$MODEL")" "$out" bfloat16
   fi
