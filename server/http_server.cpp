@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -133,9 +134,20 @@ void HttpServer::attach(AsyncEngine& engine, ServedModel model, std::string kv_m
   ready_ = true;
 }
 
-void HttpServer::run() { http_->listen_after_bind(); }
+void HttpServer::run() {
+  run_entered_ = true;
+  if (!stop_requested_) http_->listen_after_bind();
+  run_returned_ = true;
+}
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  stop_requested_ = true;
+  if (!run_entered_) return;  // run() will see stop_requested_
+  // run() is listening or about to: wait until its loop runs (httplib's stop() is a no-op before)
+  // or it returned having seen stop_requested_.
+  while (!http_->is_running() && !run_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->stop();
+}
 
 void HttpServer::install_routes() {
   httplib::Server& s = *http_;

@@ -51,7 +51,8 @@ class HttpServer {
   int port() const { return port_; }
   // Serves until stop(); in-flight requests are finished before it returns.
   void run();
-  // Stops accepting connections (thread-safe; the SIGINT/SIGTERM path).
+  // Stops accepting connections (thread-safe; the SIGINT/SIGTERM path). Also before run() has
+  // started listening: run() then returns at once (a start-up that fails within milliseconds).
   void stop();
   // The loaded model and its engine; /health answers 200 and the API opens from now on.
   void attach(AsyncEngine& engine, ServedModel model, std::string kv_mode, std::string kv_cache = {},
@@ -66,6 +67,9 @@ class HttpServer {
   ServerMetrics metrics_;
   std::unique_ptr<GuardedHttpServer> http_;
   std::atomic<bool> ready_{false};
+  // stop() against a run() that has not started listening yet: httplib's stop() does nothing
+  // until its listen loop runs (seq_cst: one side always sees the other's flag).
+  std::atomic<bool> stop_requested_{false}, run_entered_{false}, run_returned_{false};
   int port_ = 0;
   int64_t started_ = 0;
 };
