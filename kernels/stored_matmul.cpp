@@ -9,6 +9,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul_avx2.h"
+#include "kernels/stored_matmul_amx.h"
 #include "kernels/stored_matmul_avx512.h"
 #include "kernels/weight_slices.h"
 
@@ -199,6 +200,17 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       act_sums.resize(act.size() * 8);
       activation_group_sums(act.data(), static_cast<int64_t>(act.size()), act_sums.data());
     }
+  // Whole blocks of 16 tokens go through AMX tiles where the CPU has them (Q4_K, Q6_K), the rest
+  // through VNNI: the same results either way.
+  int64_t amx_tokens = 0;
+  std::vector<AmxActivationSlice> amx_act;  // [amx_tokens / 16, n_slices]
+  for (int i = 0; i < count && amx_tokens == 0; ++i)
+    if ((products[i].type == DType::Q4_K || products[i].type == DType::Q6_K) && products[i].group_rows == 16 &&
+        n >= kAmxTokens && stored_matmul_amx_available()) {
+      amx_tokens = n / kAmxTokens * kAmxTokens;
+      amx_act.resize(static_cast<size_t>(amx_tokens / kAmxTokens * n_slices));
+      pack_activations_for_amx(act.data(), amx_tokens, n_slices, amx_act.data());
+    }
   // One parallel loop over every product's panels: one fork and one join for all of them.
 #pragma omp parallel for schedule(static)
   for (int64_t panel = 0; panel < first_panel[count]; ++panel) {
@@ -212,8 +224,15 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       const int64_t n_groups = (p.out + p.group_rows - 1) / p.group_rows;
       const int64_t g_begin = local * groups_per_panel, g_end = std::min(n_groups, g_begin + groups_per_panel);
       if (p.group_rows == 16) {
-        linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.data(), n, n_slices, p.w, p.out, p.bias, p.y,
-                                           g_begin, g_end);
+        const int64_t tiled = p.type == DType::Q4_K || p.type == DType::Q6_K ? amx_tokens : 0;
+        if (tiled > 0)
+          linear_interleaved16_amx_groups(p.type, amx_act.data(), tiled, n_slices, p.w, p.out, p.bias, p.y, g_begin,
+                                          g_end);
+        if (tiled < n)
+          linear_interleaved16_avx512_groups(p.type, act.data() + tiled * n_slices,
+                                             act_sums.empty() ? nullptr : act_sums.data() + tiled * n_slices * 8,
+                                             n - tiled, n_slices, p.w, p.out, p.bias, p.y + tiled * p.out, g_begin,
+                                             g_end);
       } else {
         linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/interleaved_rows.h"
+#include "kernels/k_quant_slices_avx512.h"
 #include "kernels/stored_matmul.h"
 
 namespace tq {
@@ -114,11 +115,6 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(sum_lanes(acc[t]), offsets[t]);
 }
 
-// 16 bytes (one per row) as fp32.
-inline __m512 bytes_as_float(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
 // T tokens against one group of 16 interleaved Q4_K rows in the K-quant order
 // (dot_k_slices_reference): per slice each row's 32 products summed exactly in int32 (dpbusd into
 // two chains, low and high nibbles, added: integer sums in any order are the same), times
@@ -206,11 +202,6 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int t = 0; t < T; ++t) total[t] = sum_lanes(acc[t]);
 }
 
-// 16 signed bytes (one per row) as fp32.
-inline __m512 int8s_as_float(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
 // T tokens against one group of 16 interleaved Q6_K rows, values stored as q + 32 (unsigned 0..63,
 // four bits in a nibble chunk and two in a top-bits chunk), in the K-quant order
 // (dot_k_slices_reference): each half slice's 16 products summed exactly in int32, its dpbusd chain
@@ -222,7 +213,6 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
   __m512 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
   for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ6KBytes * kRows) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
     for (int j = 0; j < 8; ++j) {
@@ -245,14 +235,8 @@ inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationB
       }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i nibbles = _mm512_loadu_si512(slice + 2 * kRows + 4 * kRows * k);
-        __m512i tops = _mm512_loadu_si512(slice + 18 * kRows + 4 * kRows * (k / 2));
-        if (k % 2) tops = _mm512_srli_epi16(tops, 4);
-        // Values 4k..4k+3 and 16+4k..16+4k+3: four bits from the nibble, two on top.
-        const __m512i low = _mm512_or_si512(_mm512_and_si512(nibbles, low4),
-                                            _mm512_slli_epi16(_mm512_and_si512(tops, low2), 4));
-        const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nibbles, 4), low4),
-                                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(tops, 2), low2), 4));
+        __m512i low, high;  // values 4k..4k+3 and 16+4k..16+4k+3
+        q6_k_chunk_values(slice, k, &low, &high);
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa[t], k));

@@ -6,7 +6,7 @@
 // - a token's outputs do not depend on the batch it is in;
 // - activation quantization follows ggml's Q8_0/Q8_1 rules;
 // - Q4_1, Q8_0, Q4_K and Q6_K rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same
-//   results bit for bit, and come back unchanged.
+//   results bit for bit, and come back unchanged; AMX's tiles give the VNNI kernel's results.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,9 @@
 #include "kernels/dequantize.h"
 #include "kernels/interleaved_rows.h"
 #include "kernels/stored_matmul.h"
+#include "kernels/stored_matmul_amx.h"
 #include "kernels/stored_matmul_avx2.h"
+#include "kernels/stored_matmul_avx512.h"
 
 namespace tq {
 namespace {
@@ -215,8 +217,8 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
 // Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1, Q8_0 and Q4_K 16 at a time for the
 // AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block), every output bit-identical to the reference on the
 // rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with and
-// without a bias, for 1 to 5 tokens (the AVX-512 kernel takes them two at a time), next to a
-// row-layout product.
+// without a bias, for 1 to 35 tokens (the AVX-512 kernel takes them up to four at a time, the AMX
+// one Q4_K and Q6_K in blocks of 16), next to a row-layout product.
 class InterleavedRows : public ::testing::TestWithParam<std::pair<DType, int>> {};
 
 TEST_P(InterleavedRows, EqualTheRowLayout) {
@@ -241,7 +243,7 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
     std::vector<float> bias(out);
     for (float& v : bias) v = normal(rng);
     const std::vector<uint8_t> other = random_rows(DType::Q8_0, 24, in, rng);
-    for (int64_t n : {1, 2, 3, 5, 7, 9}) {
+    for (int64_t n : {1, 2, 3, 5, 7, 9, 16, 35}) {  // 16 and 35: AMX's blocks of 16 tokens (and a tail)
       std::vector<float> x(n * in);
       for (float& v : x) v = normal(rng);
       for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
@@ -263,6 +265,34 @@ INSTANTIATE_TEST_SUITE_P(TypeAndGroupRows, InterleavedRows,
                          ::testing::Values(std::make_pair(DType::Q4_1, 8), std::make_pair(DType::Q4_1, 16),
                                            std::make_pair(DType::Q8_0, 16), std::make_pair(DType::Q4_K, 16),
                                            std::make_pair(DType::Q6_K, 16)));
+
+// The AMX kernel against the VNNI one on the same groups and tokens, called directly: three groups
+// (the last one 8 rows short), three blocks of 256 values, 48 tokens, a bias; every output equal.
+TEST(StoredLinear, AmxTilesEqualVnni) {
+  if (!stored_matmul_amx_available()) GTEST_SKIP() << "no AMX on this CPU (or TQSERVE_AMX=0)";
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    std::mt19937 rng(71 + static_cast<int>(t));
+    const int64_t in = 768, out = 40, n = 48, n_slices = in / 32;
+    const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
+    const LargeBytes grouped = interleave_rows(t, rows.data(), out, in, 16);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(n * in), bias(out);
+    for (float& v : x) v = normal(rng);
+    for (float& v : bias) v = normal(rng);
+    std::vector<ActivationBlock> act(n * n_slices);
+    quantize_activations(x.data(), n * in, act.data());
+    std::vector<int32_t> sums(act.size() * 8);
+    activation_group_sums(act.data(), static_cast<int64_t>(act.size()), sums.data());
+    std::vector<float> tiles(n * out, -1.0f), vnni(n * out, -2.0f);
+    std::vector<AmxActivationSlice> packed(n / kAmxTokens * n_slices);
+    pack_activations_for_amx(act.data(), n, n_slices, packed.data());
+    linear_interleaved16_amx_groups(t, packed.data(), n, n_slices, grouped.data(), out, bias.data(), tiles.data(), 0,
+                                    3);
+    linear_interleaved16_avx512_groups(t, act.data(), sums.data(), n, n_slices, grouped.data(), out, bias.data(),
+                                       vnni.data(), 0, 3);
+    for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(tiles[i], vnni[i]) << dtype_traits(t).name << " element " << i;
+  }
+}
 
 TEST(StoredLinear, InterleavedLayoutRefusesWhatItCannotHold) {
   std::vector<uint8_t> w(1024);
