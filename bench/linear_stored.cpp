@@ -104,7 +104,7 @@ TQ_STORED_BENCH(Q6_K)
 // weight_GB/s counts the bytes as stored in the file.
 void qwen3_4b_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"tokens", "in", "out"});
-  for (int64_t n : {1, 16, 512}) b->Args({n, 2560, 9728});
+  for (int64_t n : {1, 16, 64, 512, 2048}) b->Args({n, 2560, 9728});  // 64: a batched decode step; 2048: a serving step
   b->Args({1, 2560, 151936});
   b->UseRealTime();
 }

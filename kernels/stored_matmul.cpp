@@ -1,5 +1,7 @@
 #include "kernels/stored_matmul.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -211,18 +213,14 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       amx_act.resize(static_cast<size_t>(amx_tokens / kAmxTokens * n_slices));
       pack_activations_for_amx(act.data(), amx_tokens, n_slices, amx_act.data());
     }
-  // One parallel loop over every product's panels: one fork and one join for all of them.
-#pragma omp parallel for schedule(static)
-  for (int64_t panel = 0; panel < first_panel[count]; ++panel) {
-    int i = 0;
-    while (panel >= first_panel[i + 1]) ++i;
+  // Panels [p_begin, p_end) of product i on the calling thread.
+  const auto run_panels = [&](int i, int64_t p_begin, int64_t p_end) {
     const StoredProduct& p = products[i];
-    const int64_t local = panel - first_panel[i];
     const size_t row_bytes = dtype_row_bytes(p.type, in);
     if (p.group_rows > 0) {
       const int64_t groups_per_panel = kStoredPanelRows / p.group_rows;
       const int64_t n_groups = (p.out + p.group_rows - 1) / p.group_rows;
-      const int64_t g_begin = local * groups_per_panel, g_end = std::min(n_groups, g_begin + groups_per_panel);
+      const int64_t g_begin = p_begin * groups_per_panel, g_end = std::min(n_groups, p_end * groups_per_panel);
       if (p.group_rows == 16) {
         const int64_t tiled = p.type == DType::Q4_K || p.type == DType::Q6_K ? amx_tokens : 0;
         if (tiled > 0)
@@ -237,10 +235,24 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
         linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }
     } else if (is_half(p.type)) {
-      linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, local, local + 1);
+      linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
     } else {
-      linear_slices_avx2_panels(p.type, act.data(), n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, local,
-                                local + 1);
+      linear_slices_avx2_panels(p.type, act.data(), n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
+    }
+  };
+  // One parallel region over every product's panels (one fork and one join for all of them), each
+  // thread taking one contiguous range, as a static schedule would, and handing each product's part
+  // of it to the kernel in one call: the AMX kernel then walks a chunk of tokens through all its
+  // groups before the next chunk. Which thread computes a panel changes no result.
+  const int64_t n_panels = first_panel[count];
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), per_thread = (n_panels + threads - 1) / threads;
+    int64_t begin = std::min(n_panels, omp_get_thread_num() * per_thread);
+    const int64_t end = std::min(n_panels, begin + per_thread);
+    for (int i = 0; begin < end; begin = std::min(end, first_panel[i + 1])) {
+      while (begin >= first_panel[i + 1]) ++i;
+      run_panels(i, begin - first_panel[i], std::min(end, first_panel[i + 1]) - first_panel[i]);
     }
   }
 }

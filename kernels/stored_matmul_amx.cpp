@@ -250,24 +250,31 @@ void linear_interleaved16_amx_groups(DType t, const AmxActivationSlice* packed, 
   const size_t block_bytes = (q6 ? kInterleavedQ6KBytes : kInterleavedQ4KBytes) * kRows;  // per 8 slices
   SliceRecord* rec = thread_records.get(n_slices);
   configure_tiles(t);
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    const uint8_t* group = w + static_cast<size_t>(g) * static_cast<size_t>(n_slices / 8) * block_bytes;
-    if (q6)
-      unpack_q6_k(group, n_slices, rec);
-    else
-      unpack_q4_k(group, n_slices, rec);
-    const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
-    const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);  // the group's rows that exist
-    for (int64_t tok = 0; tok + kAmxTokens <= n_tokens; tok += kAmxTokens) {
-      __m512 total[kAmxTokens];
-      const AmxActivationSlice* act = packed + tok / kAmxTokens * n_slices;
+  // Chunks of tokens whose packed activations stay in L2 (512 tokens at 2560 values: 1.6 MiB)
+  // while they meet every group of the range: a 2048-token serving step streamed them from L3 for
+  // each group (17 % slower per token than 512). A group is unpacked again for each chunk.
+  constexpr int64_t kChunkTokens = 512;
+  for (int64_t chunk = 0; chunk < n_tokens; chunk += kChunkTokens) {
+    const int64_t chunk_end = n_tokens - chunk < kChunkTokens ? n_tokens : chunk + kChunkTokens;
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      const uint8_t* group = w + static_cast<size_t>(g) * static_cast<size_t>(n_slices / 8) * block_bytes;
       if (q6)
-        q6_k_tokens(rec, n_slices, act, total);
+        unpack_q6_k(group, n_slices, rec);
       else
-        q4_k_tokens(rec, n_slices, act, total);
-      for (int i = 0; i < kAmxTokens; ++i) {
-        const __m512 v = bias ? _mm512_add_ps(total[i], _mm512_maskz_loadu_ps(mask, bias + o0)) : total[i];
-        _mm512_mask_storeu_ps(y + (tok + i) * out + o0, mask, v);
+        unpack_q4_k(group, n_slices, rec);
+      const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
+      const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);  // the group's rows that exist
+      for (int64_t tok = chunk; tok + kAmxTokens <= chunk_end; tok += kAmxTokens) {
+        __m512 total[kAmxTokens];
+        const AmxActivationSlice* act = packed + tok / kAmxTokens * n_slices;
+        if (q6)
+          q6_k_tokens(rec, n_slices, act, total);
+        else
+          q4_k_tokens(rec, n_slices, act, total);
+        for (int i = 0; i < kAmxTokens; ++i) {
+          const __m512 v = bias ? _mm512_add_ps(total[i], _mm512_maskz_loadu_ps(mask, bias + o0)) : total[i];
+          _mm512_mask_storeu_ps(y + (tok + i) * out + o0, mask, v);
+        }
       }
     }
   }
