@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/session.h"
 #include "errors/error.h"
+#include "kernels/stored_matmul.h"
 #include "kv/kv_cache.h"
 
 namespace tq {
@@ -81,7 +82,8 @@ int run_info(const InfoFlags& f) {
                       {"chat_template", !m.chat_template.empty()},
                       {"kv_bytes_per_token", kv},
                       {"kv_modes", kv_modes},
-                      {"kv_presets", presets}};
+                      {"kv_presets", presets},
+                      {"weight_kernels", stored_weight_kernels()}};
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -96,6 +98,7 @@ int run_info(const InfoFlags& f) {
   std::printf("attention:      %d heads, %d KV heads, head dim %d, rope theta %g\n", c.num_heads, c.num_kv_heads,
               c.head_dim, c.rope_theta);
   std::printf("context length: %d\n", c.max_position);
+  std::printf("weight kernels: %s\n", stored_weight_kernels().c_str());
   std::printf("chat template:  %s\n", m.chat_template.empty() ? "none" : "yes");
   std::printf("KV cache:       %-6s %10s %12s %14s\n", "mode", "bits/elem", "bytes/token", "tokens/GiB");
   for (const auto& row : kv_modes)

@@ -1,5 +1,6 @@
 // Weight rows regrouped R at a time for the GEMV (kernels/stored_matmul_avx2.cpp reads Q4_1 with
-// R = 8, kernels/stored_matmul_avx512.cpp Q4_1, Q8_0, Q4_K and Q6_K with R = 16).
+// R = 8, kernels/stored_matmul_avx512.cpp Q4_1, Q8_0, Q4_K and Q6_K with R = 16, and
+// kernels/stored_matmul_amx.cpp Q4_K and Q6_K with R = 16 for 16 tokens or more).
 //
 // In a GGUF, a Q4_1 row is a run of 20-byte blocks {f16 d; f16 m; u8 qs[16]}, and a kernel that
 // reads one row at a time spends most of its instructions on per-row scalar work: converting

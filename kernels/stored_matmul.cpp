@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "errors/error.h"
@@ -173,6 +174,14 @@ void linear_stored(const float* x, int64_t n, int64_t in, DType t, const uint8_t
   linear_stored_many(x, n, in, &product, 1);
 }
 
+std::string stored_weight_kernels() {
+  std::string s = stored_matmul_avx512_available() ? "AVX-512 VNNI, rows interleaved 16 at a time"
+                  : kHaveAvx2                       ? "AVX2, Q4_1 rows interleaved 8 at a time"
+                                                    : "scalar";
+  if (stored_matmul_amx_available()) s += "; AMX tiles for Q4_K and Q6_K at 16+ tokens";
+  return s;
+}
+
 void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProduct* products, int count) {
   if (!kHaveAvx2) {
     for (int i = 0; i < count; ++i) {
@@ -205,13 +214,13 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   // Whole blocks of 16 tokens go through AMX tiles where the CPU has them (Q4_K, Q6_K), the rest
   // through VNNI: the same results either way.
   int64_t amx_tokens = 0;
-  std::vector<AmxActivationSlice> amx_act;  // [amx_tokens / 16, n_slices]
+  std::unique_ptr<AmxActivationSlice[]> amx_act;  // [amx_tokens / 16, n_slices], every element written by the packing
   for (int i = 0; i < count && amx_tokens == 0; ++i)
     if ((products[i].type == DType::Q4_K || products[i].type == DType::Q6_K) && products[i].group_rows == 16 &&
         n >= kAmxTokens && stored_matmul_amx_available()) {
       amx_tokens = n / kAmxTokens * kAmxTokens;
-      amx_act.resize(static_cast<size_t>(amx_tokens / kAmxTokens * n_slices));
-      pack_activations_for_amx(act.data(), amx_tokens, n_slices, amx_act.data());
+      amx_act.reset(new AmxActivationSlice[static_cast<size_t>(amx_tokens / kAmxTokens * n_slices)]);
+      pack_activations_for_amx(act.data(), amx_tokens, n_slices, amx_act.get());
     }
   // Panels [p_begin, p_end) of product i on the calling thread.
   const auto run_panels = [&](int i, int64_t p_begin, int64_t p_end) {
@@ -223,14 +232,13 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       const int64_t g_begin = p_begin * groups_per_panel, g_end = std::min(n_groups, p_end * groups_per_panel);
       if (p.group_rows == 16) {
         const int64_t tiled = p.type == DType::Q4_K || p.type == DType::Q6_K ? amx_tokens : 0;
+        const int32_t* tail_sums = act_sums.empty() ? nullptr : act_sums.data() + tiled * n_slices * 8;
         if (tiled > 0)
-          linear_interleaved16_amx_groups(p.type, amx_act.data(), tiled, n_slices, p.w, p.out, p.bias, p.y, g_begin,
-                                          g_end);
-        if (tiled < n)
-          linear_interleaved16_avx512_groups(p.type, act.data() + tiled * n_slices,
-                                             act_sums.empty() ? nullptr : act_sums.data() + tiled * n_slices * 8,
-                                             n - tiled, n_slices, p.w, p.out, p.bias, p.y + tiled * p.out, g_begin,
-                                             g_end);
+          linear_interleaved16_amx_groups(p.type, amx_act.get(), tiled, act.data() + tiled * n_slices, tail_sums,
+                                          n - tiled, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+        else
+          linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.empty() ? nullptr : act_sums.data(), n,
+                                             n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       } else {
         linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }
@@ -241,9 +249,9 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
     }
   };
   // One parallel region over every product's panels (one fork and one join for all of them), each
-  // thread taking one contiguous range, as a static schedule would, and handing each product's part
-  // of it to the kernel in one call: the AMX kernel then walks a chunk of tokens through all its
-  // groups before the next chunk. Which thread computes a panel changes no result.
+  // thread taking one contiguous range of at most ceil(panels / threads) and handing each product's
+  // part of it to the kernel in one call: the AMX kernel then walks a chunk of tokens through all
+  // its groups before the next chunk. Which thread computes a panel changes no result.
   const int64_t n_panels = first_panel[count];
 #pragma omp parallel
   {

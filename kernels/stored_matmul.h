@@ -19,6 +19,7 @@
 // bit-identical to linear_stored_reference.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/dtype.h"
 
@@ -45,6 +46,10 @@ struct StoredProduct {
 // what linear_stored() alone gives. The activations are quantized once and all the products'
 // rows are shared out among the threads in one parallel loop.
 void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProduct* products, int count);
+
+// Which kernels linear_stored_many runs on this CPU, in words (for `tqserve info`), e.g. "AVX-512
+// VNNI, rows interleaved 16 at a time; AMX tiles for Q4_K and Q6_K at 16+ tokens".
+std::string stored_weight_kernels();
 // The same arithmetic in plain C++, one output element at a time: what the SIMD kernels are
 // tested to equal bit for bit.
 void linear_stored_reference(const float* x, int64_t n, int64_t in, DType weight_type, const uint8_t* w, int64_t out,

@@ -20,7 +20,7 @@ constexpr int64_t kAmxTokens = 16;
 
 // One slice (32 values) of kAmxTokens tokens' activations as a tile loads them: the values of token
 // t in row t (contiguous, so one load reads 8 cache lines, not 16 tokens' scattered blocks), their
-// scales d and sums s beside them.
+// scales d and s (d times the sum of its values, as ggml's Q8_1 keeps it) beside them.
 struct alignas(64) AmxActivationSlice {
   int8_t qs[kAmxTokens][32];
   float d[kAmxTokens];
@@ -28,16 +28,22 @@ struct alignas(64) AmxActivationSlice {
 };
 
 // act: [n_tokens, n_slices], n_tokens a multiple of kAmxTokens → packed: [n_tokens / kAmxTokens, n_slices].
+// Splits the blocks among the threads.
 void pack_activations_for_amx(const ActivationBlock* act, int64_t n_tokens, int64_t n_slices,
                               AmxActivationSlice* packed);
 
 // Q4_K or Q6_K rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end)
-// of one product for n_tokens tokens (a multiple of kAmxTokens), bit-identical to
-// linear_stored_reference and to linear_interleaved16_avx512_groups. A tile multiply forms each
-// slice's (Q6_K: each half slice's) integer dot exactly, as VNNI's dpbusd chain does; the fp32
-// arithmetic after it is the VNNI kernel's, operation for operation.
-// packed: pack_activations_for_amx of the tokens; w: `out` interleaved rows; y: [n_tokens, out].
-void linear_interleaved16_amx_groups(DType weight_type, const AmxActivationSlice* packed, int64_t n_tokens,
+// of one product, bit-identical to linear_stored_reference and to linear_interleaved16_avx512_groups.
+// The first n_tiled tokens (a multiple of kAmxTokens) go through tiles: a tile multiply forms each
+// slice's (Q6_K: each half slice's) integer dot exactly, as VNNI's dpbusd chain does, and the fp32
+// arithmetic after it is the VNNI kernel's, operation for operation. The n_tail tokens after them go
+// through linear_interleaved16_avx512_groups one group at a time, right after that group's tiles, so
+// the weights are read from memory once.
+// packed: pack_activations_for_amx of the tiled tokens; tail_act: [n_tail, n_slices] and tail_sums
+// their activation_group_sums (Q6_K; may be null for Q4_K); w: `out` interleaved rows;
+// y: [n_tiled + n_tail, out].
+void linear_interleaved16_amx_groups(DType weight_type, const AmxActivationSlice* packed, int64_t n_tiled,
+                                     const ActivationBlock* tail_act, const int32_t* tail_sums, int64_t n_tail,
                                      int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
                                      int64_t g_begin, int64_t g_end);
 

@@ -16,7 +16,7 @@ bool stored_matmul_avx512_available();
 // lane's dpbusd from. act: [n_blocks] → sums: [n_blocks, 8].
 void activation_group_sums(const ActivationBlock* act, int64_t n_blocks, int32_t* sums);
 
-// Q4_1 or Q8_0 rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end)
+// Q4_1, Q8_0, Q4_K or Q6_K rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end)
 // of one product, bit-identical to linear_stored_reference on the same rows as stored (the integer
 // dot of each 4 values is exact whether maddubs+madd, the sign trick or VNNI's dpbusd forms it).
 // act: [n, n_slices]; act_sums: activation_group_sums of act (Q8_0 and Q6_K; ignored for the others);

@@ -1,6 +1,7 @@
 """End-to-end checks of the quantized KV cache through the CLI: modes, their byte costs, startup
 errors for unsupported combinations, and the fidelity tools `eval quant | kl | niah`."""
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,10 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     # 28 window rows of q8_0 (8.5 bits) per 1024 tokens on top of the rows' own bits.
     assert presets["tq4"]["bits_per_element_at_1024"] == pytest.approx(4.25 + 28 / 1024 * 8.5)
     assert presets["tq3"]["bits_per_element_at_1024"] <= 3.5 and presets["tq2"]["bits_per_element_at_1024"] <= 2.6
+    # The weight kernels this CPU runs, and AMX only where the CPU has it.
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    assert info["weight_kernels"].split(",")[0] in ("AVX-512 VNNI", "AVX2", "scalar")
+    assert ("AMX" in info["weight_kernels"]) <= (" amx_int8" in flags)
 
 
 @pytest.mark.parametrize("mode", ["q8_0", "q4_0h", "tq4", "tq3.5", "tq2"])

@@ -214,8 +214,8 @@ TEST(StoredLinear, ManyProductsEqualEachAlone) {
   EXPECT_THROW(linear_stored_many(x.data(), 1, in, bad.data(), 2), std::exception);
 }
 
-// Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1, Q8_0 and Q4_K 16 at a time for the
-// AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block), every output bit-identical to the reference on the
+// Interleaved rows (Q4_1 8 at a time for the AVX2 kernel, Q4_1, Q8_0, Q4_K and Q6_K 16 at a time for
+// the AVX-512 VNNI one): the same bytes regrouped (Q4_K's scales unpacked: 4 bytes more per block), every output bit-identical to the reference on the
 // rows as stored (so to the row tiles too), for groups that end part-way (37 rows), with and
 // without a bias, for 1 to 35 tokens (the AVX-512 kernel takes them up to four at a time, the AMX
 // one Q4_K and Q6_K in blocks of 16), next to a row-layout product.
@@ -243,7 +243,8 @@ TEST_P(InterleavedRows, EqualTheRowLayout) {
     std::vector<float> bias(out);
     for (float& v : bias) v = normal(rng);
     const std::vector<uint8_t> other = random_rows(DType::Q8_0, 24, in, rng);
-    for (int64_t n : {1, 2, 3, 5, 7, 9, 16, 35}) {  // 16 and 35: AMX's blocks of 16 tokens (and a tail)
+    // 16, 35, 530: AMX's blocks of 16 tokens, with a tail, and in two chunks (of 272 and 256) with a tail
+    for (int64_t n : {1, 2, 3, 5, 7, 9, 16, 35, 530}) {
       std::vector<float> x(n * in);
       for (float& v : x) v = normal(rng);
       for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
@@ -267,12 +268,13 @@ INSTANTIATE_TEST_SUITE_P(TypeAndGroupRows, InterleavedRows,
                                            std::make_pair(DType::Q6_K, 16)));
 
 // The AMX kernel against the VNNI one on the same groups and tokens, called directly: three groups
-// (the last one 8 rows short), three blocks of 256 values, 48 tokens, a bias; every output equal.
+// (the last one 8 rows short), three blocks of 256 values, 48 tokens through tiles and 5 more through
+// its VNNI tail, a bias; every output equal.
 TEST(StoredLinear, AmxTilesEqualVnni) {
   if (!stored_matmul_amx_available()) GTEST_SKIP() << "no AMX on this CPU (or TQSERVE_AMX=0)";
   for (DType t : {DType::Q4_K, DType::Q6_K}) {
     std::mt19937 rng(71 + static_cast<int>(t));
-    const int64_t in = 768, out = 40, n = 48, n_slices = in / 32;
+    const int64_t in = 768, out = 40, n = 53, tiled = 48, n_slices = in / 32;
     const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
     const LargeBytes grouped = interleave_rows(t, rows.data(), out, in, 16);
     std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -284,10 +286,11 @@ TEST(StoredLinear, AmxTilesEqualVnni) {
     std::vector<int32_t> sums(act.size() * 8);
     activation_group_sums(act.data(), static_cast<int64_t>(act.size()), sums.data());
     std::vector<float> tiles(n * out, -1.0f), vnni(n * out, -2.0f);
-    std::vector<AmxActivationSlice> packed(n / kAmxTokens * n_slices);
-    pack_activations_for_amx(act.data(), n, n_slices, packed.data());
-    linear_interleaved16_amx_groups(t, packed.data(), n, n_slices, grouped.data(), out, bias.data(), tiles.data(), 0,
-                                    3);
+    std::vector<AmxActivationSlice> packed(tiled / kAmxTokens * n_slices);
+    pack_activations_for_amx(act.data(), tiled, n_slices, packed.data());
+    linear_interleaved16_amx_groups(t, packed.data(), tiled, act.data() + tiled * n_slices,
+                                    sums.data() + tiled * n_slices * 8, n - tiled, n_slices, grouped.data(), out,
+                                    bias.data(), tiles.data(), 0, 3);
     linear_interleaved16_avx512_groups(t, act.data(), sums.data(), n, n_slices, grouped.data(), out, bias.data(),
                                        vnni.data(), 0, 3);
     for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(tiles[i], vnni[i]) << dtype_traits(t).name << " element " << i;
