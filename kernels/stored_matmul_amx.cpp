@@ -91,6 +91,10 @@ void configure_tiles(DType t) {
     cfg.rows[4 + i] = q6 ? 4 : 8;
     cfg.colsb[4 + i] = 4 * kRows;
   }
+  // GCC 12's _tile_loadconfig tells the compiler it reads only 8 of the 64 bytes: without this
+  // barrier the stores of the rest may be dropped as dead (bench/amx_tiles.cpp got an all-zero
+  // configuration that way, and SIGILL at its first tile load).
+  asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
 

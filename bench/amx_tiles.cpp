@@ -1,0 +1,92 @@
+// Where the AMX kernel's time goes (kernels/stored_matmul_amx.cpp, docs/BENCHMARKS.md session 23):
+// one 32-value slice of 16 tokens x 16 weight rows, as the kernel does it, in three parts timed
+// apart and together: the tile work (load activations and weights, zero, multiply, store the
+// 16 x 16 int32 sums), the fp32 work the K-quant order prescribes per slice (per token: convert
+// the sums, scale, fma into the token's chain), and both. If the two overlapped, "both" would cost
+// the larger of the two; it costs about their sum. Skips on CPUs without AMX.
+//   build/bench_amx_tiles
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/stored_matmul_amx.h"
+
+namespace {
+
+constexpr int kSlices = 4096;  // 2.6 MiB of activations and weights: L2 and beyond, as in the kernel
+
+struct alignas(64) Data {
+  int8_t act[kSlices][16][32];
+  uint8_t weights[kSlices][8][64];
+  int32_t sums[4][16][16];
+  float d[16];
+};
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+__attribute__((target("amx-tile,amx-int8"))) void configure() {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  cfg.rows[0] = 16, cfg.colsb[0] = 64;  // sums
+  cfg.rows[2] = 16, cfg.colsb[2] = 32;  // activations
+  cfg.rows[4] = 8, cfg.colsb[4] = 64;   // weights
+  // GCC 12's _tile_loadconfig tells the compiler it reads 8 of the 64 bytes: without this barrier
+  // the stores of the rest may be dropped as dead (an all-zero configuration, then SIGILL).
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile,amx-int8"))) inline void tile_work(Data& x, int s) {
+  _tile_loadd(2, x.act[s], 32);
+  _tile_loadd(4, x.weights[s], 64);
+  _tile_zero(0);
+  _tile_dpbsud(0, 2, 4);
+  _tile_stored(0, x.sums[s & 3], 64);
+}
+
+__attribute__((target("avx512f"))) inline void fp32_work(const Data& x, int s, __m512* acc) {
+  const __m512 scale = _mm512_set1_ps(1.0001f);
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    const __m512 dd = _mm512_mul_ps(scale, _mm512_set1_ps(x.d[t]));
+    acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_load_si512(x.sums[(s + 2) & 3][t])), acc[t]);
+  }
+}
+
+template <bool kTiles, bool kFp32>
+__attribute__((target("amx-tile,amx-int8,avx512f"))) void BM_slice(benchmark::State& state) {
+  if (!tq::stored_matmul_amx_available()) {
+    state.SkipWithError("no AMX on this CPU (or TQSERVE_AMX=0)");
+    return;
+  }
+  static Data x;
+  for (float& v : x.d) v = 0.5f;
+  configure();
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (auto _ : state)
+    for (int s = 0; s < kSlices; ++s) {
+      if constexpr (kTiles) tile_work(x, s);
+      if constexpr (kFp32) fp32_work(x, s, acc);
+    }
+  benchmark::DoNotOptimize(acc);
+  _tile_release();
+  state.counters["ns_per_slice"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kSlices,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+BENCHMARK(BM_slice<true, false>)->Name("tile_work");
+BENCHMARK(BM_slice<false, true>)->Name("fp32_work");
+BENCHMARK(BM_slice<true, true>)->Name("both");
+
+}  // namespace
+
+BENCHMARK_MAIN();
