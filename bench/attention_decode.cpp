@@ -4,6 +4,8 @@
 // mode's time as a speed-up over f16 rows read by the same SIMD kernel (f16/simd), and over the
 // engine's FP kernel (f16/fp, what an f16 cache runs today).
 //   build/bench_attention_decode [--benchmark_filter=...]
+// decode_dram/* attends 512 sequences of 576 positions in turn (~1.2 GiB of f16 pages), as a
+// batch-64 serving step does: its reads come from DRAM, not the last-level cache.
 // Modes ending in +int8k score the keys in integer arithmetic (PagedAttentionArgs::int8_key_scores);
 // +int8 also sums the values so (PagedAttentionArgs::int8_value_sums).
 #include <benchmark/benchmark.h>
@@ -98,6 +100,75 @@ void BM_decode_attention(benchmark::State& state, const std::string& mode, bool 
   state.counters["bits_per_element"] = kv_bits_per_element(c.shape().k_dtype, d);
 }
 
+// Decode attention as a serving step runs it when the batch's caches exceed the last-level cache:
+// kDramSequences sequences of `ctx` positions each (Qwen3-1.7B's heads: 16 query, 8 KV, d 128),
+// each in its own scrambled blocks of one pool of ~1.2 GiB at ctx 576, attended in turn, so every
+// read comes from DRAM. Reports the KV bytes read per second (compare bench_memory_bandwidth).
+constexpr int kDramSequences = 512, kDramQHeads = 16;
+
+struct DramFixture {
+  std::unique_ptr<KvCache> cache;
+  std::vector<BlockTable> tables;  // [kDramSequences]
+  std::vector<float> q, out;       // [kDramQHeads * d]
+};
+
+DramFixture& dram_fixture(const std::string& mode, int ctx, int d) {
+  static std::map<std::string, DramFixture> all;
+  const std::string key = mode + "/" + std::to_string(ctx) + "/" + std::to_string(d);
+  auto it = all.find(key);
+  if (it != all.end()) return it->second;
+  DramFixture& f = all[key];
+  KvCacheShape shape;
+  shape.num_layers = 1;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = d;
+  shape.block_size = kBlock;
+  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
+  KvQuantOptions o;
+  o.rotation = RotationKind::hadamard;
+  const int per_seq = (ctx + kBlock - 1) / kBlock;
+  f.cache = std::make_unique<KvCache>(shape, per_seq * kDramSequences, o);
+  std::vector<int> order(size_t(per_seq) * kDramSequences);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(ctx + d);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  std::vector<float> k(size_t(kKvHeads) * d), v(k.size());
+  for (float& x : k) x = uniform(rng);
+  for (float& x : v) x = uniform(rng);
+  f.tables.resize(kDramSequences);
+  for (int s = 0; s < kDramSequences; ++s) {
+    f.tables[s].blocks.assign(order.begin() + size_t(s) * per_seq, order.begin() + size_t(s + 1) * per_seq);
+    for (int t = 0; t < ctx; ++t) {
+      k[size_t(t) % k.size()] = uniform(rng);  // rows differ; filling each from scratch took minutes
+      f.cache->write(0, f.tables[s], t, k.data(), v.data());
+    }
+  }
+  f.q.resize(size_t(kDramQHeads) * d);
+  for (float& x : f.q) x = uniform(rng);
+  f.out.resize(f.q.size());
+  return f;
+}
+
+void BM_decode_attention_dram(benchmark::State& state, const std::string& mode) {
+  const int ctx = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  DramFixture& f = dram_fixture(mode, ctx, d);
+  const KvCache& c = *f.cache;
+  int s = 0;
+  for (auto _ : state) {
+    PagedAttentionArgs a;
+    a.q = f.q.data(), a.n_q_heads = kDramQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
+    a.block_table = f.tables[s].blocks.data(), a.block_size = kBlock, a.n_ctx = ctx;
+    a.k = c.k_pages(0), a.v = c.v_pages(0), a.scale = 1.0f / std::sqrt(float(d)), a.out = f.out.data();
+    paged_attention_fast(a);
+    benchmark::DoNotOptimize(f.out.data());
+    s = (s + 1) % kDramSequences;
+  }
+  const double bytes = double(ctx) * kKvHeads * (kv_row_bytes(c.shape().k_dtype, d) + kv_row_bytes(c.shape().v_dtype, d));
+  state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                                          benchmark::Counter::kIs1024);
+}
+
 // Collects each run's time, then prints the speed-up table.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -146,6 +217,13 @@ void register_all() {
     for (int ctx : {1024, 4096, 16384, 32768})
       for (int d : {64, 128}) b->Args({ctx, d});
     b->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  for (const char* mode : {"f16", "q8_0", "tq4"}) {
+    const std::string m = mode;
+    benchmark::RegisterBenchmark(("decode_dram/" + m).c_str(), [m](benchmark::State& s) { BM_decode_attention_dram(s, m); })
+        ->Args({576, 128})
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   }
 }
 
