@@ -26,6 +26,19 @@ namespace {
 
 constexpr int kQHeads = 32, kKvHeads = 8, kBlock = 16;
 
+// One layer's cache of `blocks` blocks in `mode`, K and V alike, Hadamard rotation.
+std::unique_ptr<KvCache> one_layer_cache(const std::string& mode, int d, int blocks) {
+  KvCacheShape shape;
+  shape.num_layers = 1;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = d;
+  shape.block_size = kBlock;
+  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
+  KvQuantOptions o;
+  o.rotation = RotationKind::hadamard;
+  return std::make_unique<KvCache>(shape, blocks, o);
+}
+
 // A filled cache of one layer and one sequence for (mode, ctx, d), built once per combination.
 struct Fixture {
   std::unique_ptr<KvCache> cache;
@@ -39,15 +52,7 @@ Fixture& fixture(const std::string& mode, int ctx, int d) {
   auto it = all.find(key);
   if (it != all.end()) return it->second;
   Fixture& f = all[key];
-  KvCacheShape shape;
-  shape.num_layers = 1;
-  shape.num_kv_heads = kKvHeads;
-  shape.head_dim = d;
-  shape.block_size = kBlock;
-  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
-  KvQuantOptions o;
-  o.rotation = RotationKind::hadamard;
-  f.cache = std::make_unique<KvCache>(shape, ctx / kBlock + 1, o);
+  f.cache = one_layer_cache(mode, d, ctx / kBlock + 1);
   // Every block, in a scrambled order, as a long-running server's pool hands them out.
   f.table.blocks.resize((ctx + kBlock - 1) / kBlock);
   std::iota(f.table.blocks.begin(), f.table.blocks.end(), 0);
@@ -118,16 +123,8 @@ DramFixture& dram_fixture(const std::string& mode, int ctx, int d) {
   auto it = all.find(key);
   if (it != all.end()) return it->second;
   DramFixture& f = all[key];
-  KvCacheShape shape;
-  shape.num_layers = 1;
-  shape.num_kv_heads = kKvHeads;
-  shape.head_dim = d;
-  shape.block_size = kBlock;
-  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
-  KvQuantOptions o;
-  o.rotation = RotationKind::hadamard;
   const int per_seq = (ctx + kBlock - 1) / kBlock;
-  f.cache = std::make_unique<KvCache>(shape, per_seq * kDramSequences, o);
+  f.cache = one_layer_cache(mode, d, per_seq * kDramSequences);
   std::vector<int> order(size_t(per_seq) * kDramSequences);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937 rng(ctx + d);
