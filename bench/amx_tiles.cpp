@@ -4,6 +4,11 @@
 // 16 x 16 int32 sums), the fp32 work the K-quant order prescribes per slice (per token: convert
 // the sums, scale, fma into the token's chain), and both. If the two overlapped, "both" would cost
 // the larger of the two; it costs about their sum. Skips on CPUs without AMX.
+// superblock_* time the alternative llama.cpp's K-quant arithmetic allows (activations with one
+// scale per 256 values): the slices' integer scales folded into the weights as two bytes (low,
+// high), so the tiles accumulate a whole 256-value superblock in int32 (K = 64 per multiply, 4 per
+// byte plane, 4 more for the minima's term) and the fp32 work is once per superblock, not per
+// slice. Compare its ns_per_slice (per 32 values, 8 per superblock) with "both".
 //   build/bench_amx_tiles
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -83,9 +88,87 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void BM_slice(benchmark::St
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+constexpr int kSuperblocks = kSlices / 8;  // the same values, 256 at a time
+
+struct alignas(64) SuperData {
+  int8_t act[kSuperblocks][4][16][64];       // 16 tokens x 64 values, 4 per superblock
+  uint8_t planes[kSuperblocks][3][4][16][64];  // low byte, high byte, minima: 4 tiles of K = 64 each
+  int32_t sums[2][3][16][16];
+  float d[16];
+};
+
+__attribute__((target("amx-tile,amx-int8"))) void configure_superblock() {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int c = 0; c < 3; ++c) cfg.rows[c] = 16, cfg.colsb[c] = 64;  // sums: low, high, minima
+  cfg.rows[3] = 16, cfg.colsb[3] = 64;                               // activations, K = 64
+  for (int b = 4; b < 7; ++b) cfg.rows[b] = 16, cfg.colsb[b] = 64;   // the three weight planes
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile,amx-int8"))) inline void superblock_tiles(SuperData& x, int b) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    _tile_loadd(3, x.act[b][k], 64);
+    _tile_loadd(4, x.planes[b][0][k], 64);
+    _tile_loadd(5, x.planes[b][1][k], 64);
+    _tile_loadd(6, x.planes[b][2][k], 64);
+    _tile_dpbsud(0, 3, 4);
+    _tile_dpbsud(1, 3, 5);
+    _tile_dpbsud(2, 3, 6);
+  }
+  _tile_stored(0, x.sums[b & 1][0], 64);
+  _tile_stored(1, x.sums[b & 1][1], 64);
+  _tile_stored(2, x.sums[b & 1][2], 64);
+}
+
+// Per token: sum = low + 256 high, acc = fma(d_w d_act, sum, acc) - (dmin_w d_act) minima.
+__attribute__((target("avx512f"))) inline void superblock_fp32(const SuperData& x, int b, __m512* acc) {
+  const __m512 scale = _mm512_set1_ps(1.0001f), min_scale = _mm512_set1_ps(0.9999f);
+  const auto& s = x.sums[(b + 1) & 1];
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s[0][t]), _mm512_slli_epi32(_mm512_load_si512(s[1][t]), 8));
+    const __m512 d_act = _mm512_set1_ps(x.d[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(scale, d_act), _mm512_cvtepi32_ps(sum), acc[t]);
+    acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(min_scale, d_act), _mm512_cvtepi32_ps(_mm512_load_si512(s[2][t])), acc[t]);
+  }
+}
+
+template <bool kTiles, bool kFp32>
+__attribute__((target("amx-tile,amx-int8,avx512f"))) void BM_superblock(benchmark::State& state) {
+  if (!tq::stored_matmul_amx_available()) {
+    state.SkipWithError("no AMX on this CPU (or TQSERVE_AMX=0)");
+    return;
+  }
+  static SuperData x;
+  for (float& v : x.d) v = 0.5f;
+  configure_superblock();
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (auto _ : state)
+    for (int b = 0; b < kSuperblocks; ++b) {
+      if constexpr (kTiles) superblock_tiles(x, b);
+      if constexpr (kFp32) superblock_fp32(x, b, acc);
+    }
+  benchmark::DoNotOptimize(acc);
+  _tile_release();
+  state.counters["ns_per_slice"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kSuperblocks * 8,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 BENCHMARK(BM_slice<true, false>)->Name("tile_work");
 BENCHMARK(BM_slice<false, true>)->Name("fp32_work");
 BENCHMARK(BM_slice<true, true>)->Name("both");
+BENCHMARK(BM_superblock<true, false>)->Name("superblock_tile_work");
+BENCHMARK(BM_superblock<false, true>)->Name("superblock_fp32_work");
+BENCHMARK(BM_superblock<true, true>)->Name("superblock_both");
 
 }  // namespace
 

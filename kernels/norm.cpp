@@ -28,13 +28,28 @@ double sum_of_squares_scalar(const float* x, int64_t d) {
   return add_partials(p);
 }
 
+// double: the mean of squares must not lose the small rows' precision.
+float inverse_rms(double sum_sq, int64_t d, float eps) {
+  return 1.0f / std::sqrt(static_cast<float>(sum_sq / static_cast<double>(d)) + eps);
+}
+
 void scale_row(const float* x, const float* w, int64_t d, double sum_sq, float eps, float* y) {
-  // double: the mean of squares must not lose the small rows' precision.
-  const float inv_rms = 1.0f / std::sqrt(static_cast<float>(sum_sq / static_cast<double>(d)) + eps);
+  const float inv_rms = inverse_rms(sum_sq, d, eps);
   for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv_rms * w[i];
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+// scale_row's products, 16 at a time (the same two roundings per element).
+__attribute__((target("avx512f"))) void scale_row_avx512(const float* x, const float* w, int64_t d, double sum_sq,
+                                                          float eps, float* y) {
+  const float inv_rms = inverse_rms(sum_sq, d, eps);
+  const __m512 inv = _mm512_set1_ps(inv_rms);
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv), _mm512_loadu_ps(w + i)));
+  for (; i < d; ++i) y[i] = x[i] * inv_rms * w[i];
+}
+
 __attribute__((target("avx512f"))) double sum_of_squares_avx512(const float* x, int64_t d) {
   __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();  // partials 0..7 and 8..15
   int64_t i = 0;
@@ -56,11 +71,11 @@ bool avx512_available() {
 }
 #endif
 
-double sum_of_squares(const float* x, int64_t d) {
+void norm_row(const float* x, const float* w, int64_t d, float eps, float* y) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (avx512_available()) return sum_of_squares_avx512(x, d);
+  if (avx512_available()) return scale_row_avx512(x, w, d, sum_of_squares_avx512(x, d), eps, y);
 #endif
-  return sum_of_squares_scalar(x, d);
+  scale_row(x, w, d, sum_of_squares_scalar(x, d), eps, y);
 }
 
 }  // namespace
@@ -69,7 +84,7 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, f
   // Rows are independent and each is computed in one order on one thread, so the results do not
   // depend on the threads (a prefill's rows were 4 % of its time on one thread while the other waited).
 #pragma omp parallel for schedule(static) if (n * d >= (int64_t{1} << 16))
-  for (int64_t t = 0; t < n; ++t) scale_row(x + t * d, w, d, sum_of_squares(x + t * d, d), eps, y + t * d);
+  for (int64_t t = 0; t < n; ++t) norm_row(x + t * d, w, d, eps, y + t * d);
 }
 
 void rms_norm_reference(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
