@@ -46,11 +46,12 @@ const Exp2Table& exp2_table() {
 
 // expf of 8 floats (as doubles) in the fast path's range |x| < 88.
 __attribute__((target("avx512f,fma"), always_inline)) inline __m256 expf_8(__m512d xd, const __m512i (&table)[4]) {
-  const __m512d z = _mm512_mul_pd(xd, _mm512_set1_pd(kInvLn2N));
-  __m512d kd = _mm512_add_pd(z, _mm512_set1_pd(kShift));
-  const __m512i ki = _mm512_castpd_si512(kd);
-  kd = _mm512_sub_pd(kd, _mm512_set1_pd(kShift));
-  const __m512d r = _mm512_sub_pd(z, kd);
+  // glibc's FMA build fuses x * N/ln2 into both the rounding and r (this file is compiled with
+  // -ffp-contract=off, so these are the only fused operations).
+  const __m512d shifted = _mm512_fmadd_pd(xd, _mm512_set1_pd(kInvLn2N), _mm512_set1_pd(kShift));
+  const __m512i ki = _mm512_castpd_si512(shifted);
+  const __m512d kd = _mm512_sub_pd(shifted, _mm512_set1_pd(kShift));
+  const __m512d r = _mm512_fmsub_pd(xd, _mm512_set1_pd(kInvLn2N), kd);
   // The entry of k mod 32: bits 0..3 pick within each half of the table, bit 4 picks the half.
   const __m512i low = _mm512_permutex2var_epi64(table[0], ki, table[1]);
   const __m512i high = _mm512_permutex2var_epi64(table[2], ki, table[3]);

@@ -87,6 +87,15 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, f
   for (int64_t t = 0; t < n; ++t) norm_row(x + t * d, w, d, eps, y + t * d);
 }
 
+double rms_sum_of_squares(const float* x, int64_t d) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (avx512_available()) return sum_of_squares_avx512(x, d);
+#endif
+  return sum_of_squares_scalar(x, d);
+}
+
+double rms_sum_of_squares_reference(const float* x, int64_t d) { return sum_of_squares_scalar(x, d); }
+
 void rms_norm_reference(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
   for (int64_t t = 0; t < n; ++t) scale_row(x + t * d, w, d, sum_of_squares_scalar(x + t * d, d), eps, y + t * d);
 }

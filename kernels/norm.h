@@ -9,6 +9,11 @@ namespace tq {
 // else one element at a time in the same order, so every machine gets the same bits.
 void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 
+// The sum of squares rms_norm takes of a row x: [d], and its one-element-at-a-time form (equal bit
+// for bit).
+double rms_sum_of_squares(const float* x, int64_t d);
+double rms_sum_of_squares_reference(const float* x, int64_t d);
+
 // The one-element-at-a-time form of rms_norm (what it equals bit for bit).
 void rms_norm_reference(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 
