@@ -27,7 +27,7 @@
 //   [0, 2R)    d of rows 0..R-1 (fp16)         [2R, 4R)  dmin of rows 0..R-1 (fp16)
 //   then slices j = 0..7, 18R bytes each: [0, R) the rows' 6-bit scales, [R, 2R) their mins (one
 //   byte each), then the values in Q4_1's chunk order (low nibbles values i, high nibbles i + 16).
-// The kernel forms d·scale and -(dmin·min) as the row layout's reader does, so results stay exact.
+// The kernels read the integer scales and mins as the row layout's reader does, so results stay exact.
 //
 // Q6_K (210 R bytes per 256 values, as stored): per block of 256 values of the group, [0, 2R) d of
 // the rows (fp16), then slices j = 0..7, 26R bytes each: [0, R) the rows' int8 scales of values

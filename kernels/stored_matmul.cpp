@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "errors/error.h"
@@ -31,8 +32,6 @@ inline float sum_lanes(const float acc[8]) {
 
 bool has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K; }
 
-bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-
 // One output element of a block format: Σ over slices of scale·(exact lane sums), in eight
 // lanes, plus the offsets times the activation block sums.
 float dot_slices_reference(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_slices) {
@@ -51,25 +50,26 @@ float dot_slices_reference(DType t, const uint8_t* row, const ActivationBlock* a
   return has_offset(t) ? sum_lanes(acc) + offsets : sum_lanes(acc);
 }
 
-// One output element of a K-quant format: per slice the exact integer sum of each run of values
-// that shares a scale (all 32 for Q4_K and Q5_K, each 16 for Q6_K) times scale·d_act, in one
-// fp32 FMA chain, plus the offsets times the activation block sums.
-float dot_k_slices_reference(DType t, const uint8_t* row, const ActivationBlock* act, int64_t n_slices) {
-  float acc = 0, offsets = 0;
-  WeightSlice s;
-  for (int64_t b = 0; b < n_slices; ++b) {
-    unpack_weight_slice(t, row, b, &s);
-    int32_t half[2] = {0, 0};  // values 0..15, 16..31
-    for (int j = 0; j < 32; ++j) half[j / 16] += int32_t{s.q[j]} * int32_t{act[b].qs[j]};
-    if (t == DType::Q6_K) {
-      acc = std::fma(s.scale[0] * act[b].d, static_cast<float>(half[0]), acc);
-      acc = std::fma(s.scale[4] * act[b].d, static_cast<float>(half[1]), acc);
-    } else {
-      acc = std::fma(s.scale[0] * act[b].d, static_cast<float>(half[0] + half[1]), acc);
+// One output element of a K-quant format: per 256-value super-block the exact int32 sums
+// isum = Σ_r scale_r · Σ_{i in run r} q_i·a_i and msum = Σ_j min_j · (the activation sum of slice j),
+// then acc = fma(d·d_act, isum, acc) and, with minima, acc = fma(-(dmin·d_act), msum, acc).
+float dot_k_superblocks_reference(DType t, const uint8_t* row, const SuperblockActivation* act, int64_t n_super) {
+  float acc = 0;
+  KQuantSuperblock w;
+  for (int64_t b = 0; b < n_super; ++b) {
+    unpack_k_quant_superblock(t, row, b, &w);
+    const SuperblockActivation& a = act[b];
+    int32_t isum = 0, msum = 0;
+    for (int r = 0; r < 16; ++r) {
+      int32_t run = 0;
+      for (int i = 16 * r; i < 16 * r + 16; ++i) run += int32_t{w.q[i]} * int32_t{a.qs[i]};
+      isum += int32_t{w.scale[r]} * run;
     }
-    if (has_offset(t)) offsets = std::fma(s.offset, act[b].s, offsets);
+    for (int j = 0; j < 8; ++j) msum += int32_t{w.min[j]} * (int32_t{a.sums[2 * j]} + int32_t{a.sums[2 * j + 1]});
+    acc = std::fma(w.d * a.d, static_cast<float>(isum), acc);
+    if (t != DType::Q6_K) acc = std::fma(-(w.dmin * a.d), static_cast<float>(msum), acc);
   }
-  return has_offset(t) ? acc + offsets : acc;
+  return acc;
 }
 
 float widen(DType t, const uint8_t* row, int64_t k) {
@@ -108,18 +108,30 @@ void check_shapes(int64_t in, DType t) {
     fail("stored linear: input width {} is not a multiple of {}'s block of {}", in, dtype_traits(t).name, block);
 }
 
-// x: [n, in] → [n, in / 32] blocks, with the AVX2 quantizer (bit-identical) when `simd`.
-std::vector<ActivationBlock> quantize_rows(const float* x, int64_t n, int64_t in, bool simd) {
-  const int64_t n_slices = in / kSlice;
-  std::vector<ActivationBlock> act(static_cast<size_t>(n * n_slices));  // [n, n_slices]
+// x: [n, in] → [n, in / 32] blocks (Block = ActivationBlock) or [n, in / 256] super-blocks (Block =
+// SuperblockActivation), with the AVX2 quantizer (bit-identical) when `simd`.
+template <class Block>
+std::vector<Block> quantize_rows(const float* x, int64_t n, int64_t in, bool simd) {
+  constexpr bool kSuper = std::is_same_v<Block, SuperblockActivation>;
+  const int64_t per_row = in / (kSuper ? 256 : kSlice);
+  std::vector<Block> act(static_cast<size_t>(n * per_row));  // [n, per_row]
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (n >= 16)
   for (int64_t r = 0; r < n; ++r) {
+    Block* out = act.data() + r * per_row;
     if (simd) {
-      finite = quantize_activations_avx2(x + r * in, in, act.data() + r * n_slices) && finite;
+      if constexpr (kSuper)
+        finite = quantize_superblock_activations_avx2(x + r * in, in, out) && finite;
+      else
+        finite = quantize_activations_avx2(x + r * in, in, out) && finite;
     } else {
       finite = activations_are_finite(x + r * in, in) && finite;
-      if (finite) quantize_activations(x + r * in, in, act.data() + r * n_slices);
+      if (finite) {
+        if constexpr (kSuper)
+          quantize_superblock_activations(x + r * in, in, out);
+        else
+          quantize_activations(x + r * in, in, out);
+      }
     }
   }
   if (!finite) fail("stored linear: activations are not finite (the model diverged)");
@@ -149,19 +161,43 @@ void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* bloc
   }
 }
 
+void quantize_superblock_activations(const float* x, int64_t n_elems, SuperblockActivation* blocks) {
+  for (int64_t b = 0; b < n_elems / 256; ++b) {
+    const float* v = x + b * 256;
+    if (!activations_are_finite(v, 256)) fail("stored linear: activations are not finite (the model diverged)");
+    float amax = 0;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int r = 0; r < 16; ++r) {
+      int32_t sum = 0;
+      for (int j = 16 * r; j < 16 * r + 16; ++j) {
+        const int q = static_cast<int>(std::nearbyint(v[j] * id));  // ties to even (default rounding mode)
+        blocks[b].qs[j] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      blocks[b].sums[r] = static_cast<int16_t>(sum);
+    }
+    blocks[b].d = amax / 127.0f;
+  }
+}
+
 void linear_stored_reference(const float* x, int64_t n, int64_t in, DType t, const uint8_t* w, int64_t out,
                              const float* bias, float* y) {
   check_shapes(in, t);
   const size_t row_bytes = dtype_row_bytes(t, in);
   std::vector<ActivationBlock> act;
-  if (!is_half(t)) act = quantize_rows(x, n, in, false);
-  const int64_t n_slices = in / kSlice;
+  std::vector<SuperblockActivation> k_act;
+  if (is_k_quant(t))
+    k_act = quantize_rows<SuperblockActivation>(x, n, in, false);
+  else if (!is_half(t))
+    act = quantize_rows<ActivationBlock>(x, n, in, false);
+  const int64_t n_slices = in / kSlice, n_super = in / 256;
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < out; ++o) {
     const uint8_t* row = w + o * row_bytes;
     for (int64_t r = 0; r < n; ++r) {
       const float v = is_half(t) ? dot_half_reference(t, row, x + r * in, in)
-                      : is_k_quant(t) ? dot_k_slices_reference(t, row, act.data() + r * n_slices, n_slices)
+                      : is_k_quant(t) ? dot_k_superblocks_reference(t, row, k_act.data() + r * n_super, n_super)
                                       : dot_slices_reference(t, row, act.data() + r * n_slices, n_slices);
       y[r * out + o] = bias ? v + bias[o] : v;
     }
@@ -191,59 +227,69 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
     }
     return;
   }
-  bool any_blocks = false;
+  bool any_blocks = false, any_k_quants = false;
   std::vector<int64_t> first_panel(static_cast<size_t>(count) + 1, 0);  // [count + 1]
   for (int i = 0; i < count; ++i) {
-    check_shapes(in, products[i].type);
-    if (products[i].group_rows > 0 &&
-        !interleaved_kernel_available(products[i].type, products[i].group_rows))
-      fail("stored linear: no kernel for {} rows interleaved {} at a time on this CPU",
-           dtype_traits(products[i].type).name, products[i].group_rows);
-    any_blocks = any_blocks || !is_half(products[i].type);
+    const DType t = products[i].type;
+    check_shapes(in, t);
+    if (products[i].group_rows > 0 && !interleaved_kernel_available(t, products[i].group_rows))
+      fail("stored linear: no kernel for {} rows interleaved {} at a time on this CPU", dtype_traits(t).name,
+           products[i].group_rows);
+    any_k_quants = any_k_quants || is_k_quant(t);
+    any_blocks = any_blocks || (!is_half(t) && !is_k_quant(t));
     first_panel[i + 1] = first_panel[i] + (products[i].out + kStoredPanelRows - 1) / kStoredPanelRows;
   }
+  // The activations quantized once for every product: in blocks of 32 (Q8_0, Q4_0, Q4_1) and in
+  // super-blocks of 256 (the K-quants).
   std::vector<ActivationBlock> act;
-  if (any_blocks) act = quantize_rows(x, n, in, true);  // once for every product
-  const int64_t n_slices = in / kSlice;
-  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 and Q6_K interleaved rows (their VNNI kernels)
+  if (any_blocks) act = quantize_rows<ActivationBlock>(x, n, in, true);
+  std::vector<SuperblockActivation> k_act;
+  if (any_k_quants) k_act = quantize_rows<SuperblockActivation>(x, n, in, true);
+  const int64_t n_slices = in / kSlice, n_super = in / 256;
+  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 interleaved rows (its VNNI kernel)
   for (int i = 0; i < count && act_sums.empty(); ++i)
-    if ((products[i].type == DType::Q8_0 || products[i].type == DType::Q6_K) && products[i].group_rows == 16) {
+    if (products[i].type == DType::Q8_0 && products[i].group_rows == 16) {
       act_sums.resize(act.size() * 8);
       activation_group_sums(act.data(), static_cast<int64_t>(act.size()), act_sums.data());
     }
   // Whole blocks of 16 tokens go through AMX tiles where the CPU has them (Q4_K, Q6_K), the rest
   // through VNNI: the same results either way.
   int64_t amx_tokens = 0;
-  std::unique_ptr<AmxActivationSlice[]> amx_act;  // [amx_tokens / 16, n_slices], every element written by the packing
+  std::unique_ptr<AmxActivationSuperblock[]> amx_act;  // [amx_tokens / 16, n_super], all written by the packing
   for (int i = 0; i < count && amx_tokens == 0; ++i)
     if ((products[i].type == DType::Q4_K || products[i].type == DType::Q6_K) && products[i].group_rows == 16 &&
         n >= kAmxTokens && stored_matmul_amx_available()) {
       amx_tokens = n / kAmxTokens * kAmxTokens;
-      amx_act.reset(new AmxActivationSlice[static_cast<size_t>(amx_tokens / kAmxTokens * n_slices)]);
-      pack_activations_for_amx(act.data(), amx_tokens, n_slices, amx_act.get());
+      amx_act.reset(new AmxActivationSuperblock[static_cast<size_t>(amx_tokens / kAmxTokens * n_super)]);
+      pack_superblock_activations_for_amx(k_act.data(), amx_tokens, n_super, amx_act.get());
     }
   // Panels [p_begin, p_end) of product i on the calling thread.
   const auto run_panels = [&](int i, int64_t p_begin, int64_t p_end) {
     const StoredProduct& p = products[i];
     const size_t row_bytes = dtype_row_bytes(p.type, in);
+    const bool k_quant = is_k_quant(p.type);
     if (p.group_rows > 0) {
       const int64_t groups_per_panel = kStoredPanelRows / p.group_rows;
       const int64_t n_groups = (p.out + p.group_rows - 1) / p.group_rows;
       const int64_t g_begin = p_begin * groups_per_panel, g_end = std::min(n_groups, p_end * groups_per_panel);
-      if (p.group_rows == 16) {
-        const int64_t tiled = p.type == DType::Q4_K || p.type == DType::Q6_K ? amx_tokens : 0;
-        const int32_t* tail_sums = act_sums.empty() ? nullptr : act_sums.data() + tiled * n_slices * 8;
-        if (tiled > 0)
-          linear_interleaved16_amx_groups(p.type, amx_act.get(), tiled, act.data() + tiled * n_slices, tail_sums,
-                                          n - tiled, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+      if (p.group_rows == 16 && k_quant) {
+        if (amx_tokens > 0)
+          linear_interleaved16_amx_groups(p.type, amx_act.get(), amx_tokens, k_act.data() + amx_tokens * n_super,
+                                          n - amx_tokens, n_super, p.w, p.out, p.bias, p.y, g_begin, g_end);
         else
-          linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.empty() ? nullptr : act_sums.data(), n,
-                                             n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+          linear_interleaved16_k_avx512_groups(p.type, k_act.data(), n, n_super, p.w, p.out, p.bias, p.y, g_begin,
+                                               g_end);
+      } else if (p.group_rows == 16) {
+        linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.empty() ? nullptr : act_sums.data(), n,
+                                           n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       } else {
         linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }
     } else if (is_half(p.type)) {
       linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
+    } else if (k_quant) {
+      linear_k_superblocks_avx2_panels(p.type, k_act.data(), n, n_super, p.w, row_bytes, p.out, p.bias, p.y, p_begin,
+                                       p_end);
     } else {
       linear_slices_avx2_panels(p.type, act.data(), n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
     }

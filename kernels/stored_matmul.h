@@ -3,16 +3,16 @@
 // load, so a loaded GGUF takes about its file size and a decode step reads 4.5-8.5 bits per
 // weight instead of 32.
 //
-// Block formats are computed the way ggml computes them on x86: each activation row is
-// quantized to 8-bit blocks of 32 (with the block sum for formats that have an offset), each
-// 32-value weight slice (kernels/weight_slices.h) of Q8_0, Q4_0 and Q4_1 gives eight exact integer
-// lane sums, and the scales are accumulated into eight fp32 lanes with FMA and summed pairwise at
-// the end, offsets in a separate fp32 chain: ggml's own order, so greedy outputs agree with
-// llama.cpp on the same GGUF. The K-quants (Q4_K, Q5_K, Q6_K) sum each run of values that shares
-// a scale exactly in integers (a slice's 32 values; Q6_K's two halves of 16) and accumulate
-// scale·sum into one fp32 chain, as ggml sums a whole 256-value block in integers before its one
-// float product: a third of the float work per value of the eight-lane form. F16/BF16 rows are widened to fp32 and use eight FMA lanes
-// over the row, in order.
+// Block formats are computed the way ggml computes them on x86. For Q8_0, Q4_0 and Q4_1 each
+// activation row is quantized to 8-bit blocks of 32 (with the block sum, for Q4_1's offset), each
+// 32-value weight slice (kernels/weight_slices.h) gives eight exact integer lane sums, and the
+// scales are accumulated into eight fp32 lanes with FMA and summed pairwise at the end, offsets in
+// a separate fp32 chain: ggml's own order, so greedy outputs agree with llama.cpp on the same GGUF.
+// For the K-quants (Q4_K, Q5_K, Q6_K) the activations are quantized as ggml's Q8_K, one fp32 scale
+// per 256 values with the sums of each 16, and a whole 256-value super-block is summed exactly in
+// int32 (every value times its run's integer scale; the minima times the activation sums) before
+// one or two fp32 FMAs into one chain per output, as ggml does. F16/BF16 rows are widened to fp32
+// and use eight FMA lanes over the row, in order.
 //
 // Every output element is computed by the same operations in the same order whatever the batch
 // size and tiling, so results are batch-invariant (DEVELOPERS.md), and the AVX2 kernels are
@@ -66,5 +66,17 @@ struct ActivationBlock {
 // x: [n_elems] (a multiple of 32) → blocks: [n_elems / 32]. Rounds half to even like
 // _mm256_round_ps(_MM_ROUND_NEAREST).
 void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* blocks);
+
+// 256 activation values quantized for the K-quant products, as ggml's Q8_K keeps them: the values,
+// one fp32 scale d = max|x| / 127 (not rounded through fp16), and the exact sum of each 16 values
+// (what the minima of Q4_K/Q5_K and Q6_K's offset of 32 multiply).
+struct SuperblockActivation {
+  int8_t qs[256];
+  float d;
+  int16_t sums[16];
+};
+
+// x: [n_elems] (a multiple of 256) → blocks: [n_elems / 256], values rounded half to even.
+void quantize_superblock_activations(const float* x, int64_t n_elems, SuperblockActivation* blocks);
 
 }  // namespace tq

@@ -8,7 +8,7 @@
 
 namespace tq {
 
-struct ActivationBlock;
+struct SuperblockActivation;
 
 // True when the CPU has AMX-TILE, AMX-INT8 and the AVX-512 kernels, the kernel granted this process
 // the tile state (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM)), and TQSERVE_AMX is not "0" (for A/B
@@ -18,33 +18,33 @@ bool stored_matmul_amx_available();
 // Tokens one tile multiply covers: the kernel takes tokens in whole blocks of this many.
 constexpr int64_t kAmxTokens = 16;
 
-// One slice (32 values) of kAmxTokens tokens' activations as a tile loads them: the values of token
-// t in row t (contiguous, so one load reads 8 cache lines, not 16 tokens' scattered blocks), their
-// scales d and s (d times the sum of its values, as ggml's Q8_1 keeps it) beside them.
-struct alignas(64) AmxActivationSlice {
-  int8_t qs[kAmxTokens][32];
+// One super-block (256 values) of kAmxTokens tokens' activations as the tiles load them: qs[k] the
+// values 64k..64k+63 of token t in row t (one tile load reads 16 cache lines of one tile), the
+// tokens' scales d, and per token its slices' activation sums in pairs (slice 2p in the low 16 bits,
+// 2p + 1 in the high: what VPDPWSSD multiplies by the weights' minima).
+struct alignas(64) AmxActivationSuperblock {
+  int8_t qs[4][kAmxTokens][64];
   float d[kAmxTokens];
-  float s[kAmxTokens];
+  int32_t sum_pairs[kAmxTokens][4];
 };
 
-// act: [n_tokens, n_slices], n_tokens a multiple of kAmxTokens → packed: [n_tokens / kAmxTokens, n_slices].
+// act: [n_tokens, n_super], n_tokens a multiple of kAmxTokens → packed: [n_tokens / kAmxTokens, n_super].
 // Splits the blocks among the threads.
-void pack_activations_for_amx(const ActivationBlock* act, int64_t n_tokens, int64_t n_slices,
-                              AmxActivationSlice* packed);
+void pack_superblock_activations_for_amx(const SuperblockActivation* act, int64_t n_tokens, int64_t n_super,
+                                         AmxActivationSuperblock* packed);
 
 // Q4_K or Q6_K rows interleaved 16 at a time (kernels/interleaved_rows.h): groups [g_begin, g_end)
-// of one product, bit-identical to linear_stored_reference and to linear_interleaved16_avx512_groups.
-// The first n_tiled tokens (a multiple of kAmxTokens) go through tiles: a tile multiply forms each
-// slice's (Q6_K: each half slice's) integer dot exactly, as VNNI's dpbusd chain does, and the fp32
+// of one product, bit-identical to linear_stored_reference and to linear_interleaved16_k_avx512_groups.
+// The first n_tiled tokens (a multiple of kAmxTokens) go through tiles: the tiles form each
+// super-block's integer sum exactly, as VNNI's dpbusd and multiplies by the scales do, and the fp32
 // arithmetic after it is the VNNI kernel's, operation for operation. The n_tail tokens after them go
-// through linear_interleaved16_avx512_groups one group at a time, right after that group's tiles, so
-// the weights are read from memory once.
-// packed: pack_activations_for_amx of the tiled tokens; tail_act: [n_tail, n_slices] and tail_sums
-// their activation_group_sums (Q6_K; may be null for Q4_K); w: `out` interleaved rows;
-// y: [n_tiled + n_tail, out].
-void linear_interleaved16_amx_groups(DType weight_type, const AmxActivationSlice* packed, int64_t n_tiled,
-                                     const ActivationBlock* tail_act, const int32_t* tail_sums, int64_t n_tail,
-                                     int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
-                                     int64_t g_begin, int64_t g_end);
+// through linear_interleaved16_k_avx512_groups one group at a time, right after that group's tiles,
+// so the weights are read from memory once.
+// packed: pack_superblock_activations_for_amx of the tiled tokens; tail_act: [n_tail, n_super];
+// w: `out` interleaved rows; y: [n_tiled + n_tail, out].
+void linear_interleaved16_amx_groups(DType weight_type, const AmxActivationSuperblock* packed, int64_t n_tiled,
+                                     const SuperblockActivation* tail_act, int64_t n_tail, int64_t n_super,
+                                     const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                                     int64_t g_end);
 
 }  // namespace tq

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/ggml_blocks.h"
@@ -54,11 +55,9 @@ struct Slice {
 };
 
 // Per type: Signed (q may be negative: the products use the sign trick), Offset (an offset
-// chain exists), ScaleRuns (0: eight lane sums in eight fp32 lanes; 1 or 2: the K-quants' runs of
-// 32 or 16 values summed in integers, kernels/stored_matmul.h), load(row, slice index).
+// chain exists), load(row, slice index).
 struct Q8_0 {
   static constexpr bool kSigned = true, kOffset = false;
-  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ8_0>(row, b);
     return {load32(blk + offsetof(BlockQ8_0, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ8_0, d))), 0.0f};
@@ -67,7 +66,6 @@ struct Q8_0 {
 
 struct Q4_0 {
   static constexpr bool kSigned = true, kOffset = false;
-  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ4_0>(row, b);
     return {_mm256_sub_epi8(legacy_nibbles(blk + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8)),
@@ -77,7 +75,6 @@ struct Q4_0 {
 
 struct Q4_1 {
   static constexpr bool kSigned = false, kOffset = true;
-  static constexpr int kScaleRuns = 0;
   static Slice load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = block_at<BlockQ4_1>(row, b);
     return {legacy_nibbles(blk + offsetof(BlockQ4_1, qs)), _mm256_set1_ps(f16(blk + offsetof(BlockQ4_1, d))),
@@ -85,42 +82,52 @@ struct Q4_1 {
   }
 };
 
+// The K-quants by super-block (kernels/stored_matmul.h): Minima (Q4_K/Q5_K: a min per slice times
+// the activations' sums), values(row, slice) as bytes (unsigned 0..15/0..31, or Q6_K's q - 32 signed),
+// scales(block, ...) the integer scale of each 16 values, the min of each 32, and fp32 d and dmin.
 // Q4_K and Q5_K: the same d, dmin and scales fields; Q5_K adds qh.
 template <bool kFiveBits>
 struct Q45_K {
-  static constexpr bool kSigned = false, kOffset = true;
-  static constexpr int kScaleRuns = 1;
-  static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = kFiveBits ? block_at<BlockQ5_K>(row, b / 8) : block_at<BlockQ4_K>(row, b / 8);
-    const int j = static_cast<int>(b % 8);
-    int sc, m;
-    k4_scale_min(blk + offsetof(BlockQ4_K, scales), j, &sc, &m);
+  static constexpr bool kSigned = false, kMinima = true;
+  using Block = std::conditional_t<kFiveBits, BlockQ5_K, BlockQ4_K>;
+  static __m256i values(const uint8_t* blk, int j) {
     const size_t qs = kFiveBits ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
     __m256i q = byte_field(load32(blk + qs + 32 * (j / 2)), 4 * (j & 1), 0x0F);
     if (kFiveBits) {
       const __m256i fifth = byte_field(load32(blk + offsetof(BlockQ5_K, qh)), j, 1);
       q = _mm256_or_si256(q, _mm256_slli_epi16(fifth, 4));
     }
-    return {q, _mm256_set1_ps(f16(blk + offsetof(BlockQ4_K, d)) * static_cast<float>(sc)),
-            -(f16(blk + offsetof(BlockQ4_K, dmin)) * static_cast<float>(m))};
+    return q;
+  }
+  static void scales(const uint8_t* blk, int32_t* scale, int32_t* min, float* d, float* dmin) {
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      k4_scale_min(blk + offsetof(BlockQ4_K, scales), j, &sc, &m);
+      scale[2 * j] = scale[2 * j + 1] = sc;
+      min[j] = m;
+    }
+    *d = f16(blk + offsetof(BlockQ4_K, d));
+    *dmin = f16(blk + offsetof(BlockQ4_K, dmin));
   }
 };
 
 struct Q6_K {
-  static constexpr bool kSigned = true, kOffset = false;
-  static constexpr int kScaleRuns = 2;
-  static Slice load(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = block_at<BlockQ6_K>(row, b / 8);
-    const int j = static_cast<int>(b % 8), half = j / 4, run = j % 4;
+  static constexpr bool kSigned = true, kMinima = false;
+  using Block = BlockQ6_K;
+  static __m256i values(const uint8_t* blk, int j) {
+    const int half = j / 4, run = j % 4;
     const __m256i low =
         byte_field(load32(blk + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (run & 1)), run >= 2 ? 4 : 0, 0x0F);
     const __m256i high =
         _mm256_slli_epi16(byte_field(load32(blk + offsetof(BlockQ6_K, qh) + 32 * half), 2 * run, 3), 4);
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
-    const auto* scales = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * run;
-    const float d = f16(blk + offsetof(BlockQ6_K, d));
-    const float s0 = d * static_cast<float>(scales[0]), s1 = d * static_cast<float>(scales[1]);
-    return {q, _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), 0.0f};
+    return _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
+  }
+  static void scales(const uint8_t* blk, int32_t* scale, int32_t* min, float* d, float* dmin) {
+    const auto* stored = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales));
+    for (int r = 0; r < 16; ++r) scale[r] = stored[r];
+    for (int j = 0; j < 8; ++j) min[j] = 0;
+    *d = f16(blk + offsetof(BlockQ6_K, d));
+    *dmin = 0;
   }
 };
 
@@ -191,49 +198,58 @@ void slice_tile(const uint8_t* w, size_t row_bytes, const ActivationBlock* act, 
   });
 }
 
-// slice_tile for the K-quants (W::kScaleRuns 1 or 2): each run of values sharing a scale summed
-// in integers, scale·d_act times it in one fp32 FMA chain per output (dot_k_slices_reference).
+// The sum of eight int32 lanes (exact: the order does not matter).
+inline int32_t sum8(__m256i v) { return sum4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))); }
+
+// R rows × T tokens of a K-quant (dot_k_superblocks_reference): per super-block each lane's exact
+// sums of 4 products times its run's integer scale, summed in int32, the minima's sum in int32,
+// then one FMA (two with minima) into each output's fp32 chain.
 template <class W, int R, int T>
-void k_slice_tile(const uint8_t* w, size_t row_bytes, const ActivationBlock* act, int64_t n_slices, int64_t out,
-                  const float* bias, float* y) {
-  float acc[R][T], offsets[R][T];
-  unrolled<R>([&](int r) {
-    unrolled<T>([&](int t) {
-      acc[r][t] = 0.0f;
-      offsets[r][t] = 0.0f;
-    });
-  });
-  for (int64_t b = 0; b < n_slices; ++b) {
-    Slice s[R];
-    __m256i magnitude[R];
-    float scale0[R], scale1[R];  // values 0..15 and 16..31
+void k_superblock_tile(const uint8_t* w, size_t row_bytes, const SuperblockActivation* act, int64_t n_super,
+                       int64_t out, const float* bias, float* y) {
+  float acc[R][T];
+  unrolled<R>([&](int r) { unrolled<T>([&](int t) { acc[r][t] = 0.0f; }); });
+  for (int64_t b = 0; b < n_super; ++b) {
+    int32_t scale[R][16], min[R][8];
+    float d[R], dmin[R];
+    const uint8_t* blk[R];
     unrolled<R>([&](int r) {
-      s[r] = W::load(w + r * row_bytes, b);
-      if (W::kSigned) magnitude[r] = _mm256_sign_epi8(s[r].q, s[r].q);
-      scale0[r] = _mm256_cvtss_f32(s[r].scale);
-      scale1[r] = _mm_cvtss_f32(_mm256_extractf128_ps(s[r].scale, 1));
+      blk[r] = block_at<typename W::Block>(w + r * row_bytes, b);
+      W::scales(blk[r], scale[r], min[r], &d[r], &dmin[r]);
     });
-    unrolled<T>([&](int t) {
-      const ActivationBlock& a = act[t * n_slices + b];
-      const __m256i qa = load32(reinterpret_cast<const uint8_t*>(a.qs));
+    __m256i isum[R][T];
+    unrolled<R>([&](int r) { unrolled<T>([&](int t) { isum[r][t] = _mm256_setzero_si256(); }); });
+    for (int j = 0; j < 8; ++j) {
+      __m256i q[R], magnitude[R], run_scale[R];  // run_scale: lanes 0-3 values 0..15, lanes 4-7 16..31
       unrolled<R>([&](int r) {
-        const __m256i lanes = W::kSigned ? lane_ints(magnitude[r], _mm256_sign_epi8(qa, s[r].q)) : lane_ints(s[r].q, qa);
-        const __m128i lo = _mm256_castsi256_si128(lanes), hi = _mm256_extracti128_si256(lanes, 1);
-        if (W::kScaleRuns == 2) {
-          acc[r][t] = __builtin_fmaf(scale0[r] * a.d, static_cast<float>(sum4(lo)), acc[r][t]);
-          acc[r][t] = __builtin_fmaf(scale1[r] * a.d, static_cast<float>(sum4(hi)), acc[r][t]);
-        } else {
-          acc[r][t] = __builtin_fmaf(scale0[r] * a.d, static_cast<float>(sum4(_mm_add_epi32(lo, hi))), acc[r][t]);
+        q[r] = W::values(blk[r], j);
+        if (W::kSigned) magnitude[r] = _mm256_sign_epi8(q[r], q[r]);
+        run_scale[r] = _mm256_setr_epi32(scale[r][2 * j], scale[r][2 * j], scale[r][2 * j], scale[r][2 * j],
+                                         scale[r][2 * j + 1], scale[r][2 * j + 1], scale[r][2 * j + 1],
+                                         scale[r][2 * j + 1]);
+      });
+      unrolled<T>([&](int t) {
+        const __m256i qa = load32(reinterpret_cast<const uint8_t*>(act[t * n_super + b].qs + 32 * j));
+        unrolled<R>([&](int r) {
+          const __m256i lanes = W::kSigned ? lane_ints(magnitude[r], _mm256_sign_epi8(qa, q[r])) : lane_ints(q[r], qa);
+          isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_mullo_epi32(lanes, run_scale[r]));
+        });
+      });
+    }
+    unrolled<T>([&](int t) {
+      const SuperblockActivation& a = act[t * n_super + b];
+      unrolled<R>([&](int r) {
+        acc[r][t] = __builtin_fmaf(d[r] * a.d, static_cast<float>(sum8(isum[r][t])), acc[r][t]);
+        if (W::kMinima) {
+          int32_t msum = 0;
+          for (int j = 0; j < 8; ++j) msum += min[r][j] * (int32_t{a.sums[2 * j]} + int32_t{a.sums[2 * j + 1]});
+          acc[r][t] = __builtin_fmaf(-(dmin[r] * a.d), static_cast<float>(msum), acc[r][t]);
         }
-        if (W::kOffset) offsets[r][t] = __builtin_fmaf(s[r].offset, a.s, offsets[r][t]);
       });
     });
   }
   unrolled<R>([&](int r) {
-    unrolled<T>([&](int t) {
-      const float v = W::kOffset ? acc[r][t] + offsets[r][t] : acc[r][t];
-      y[t * out + r] = bias ? v + bias[r] : v;
-    });
+    unrolled<T>([&](int t) { y[t * out + r] = bias ? acc[r][t] + bias[r] : acc[r][t]; });
   });
 }
 
@@ -315,13 +331,20 @@ void run_slices(const ActivationBlock* act, int64_t n, int64_t n_slices, const u
                 int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
     shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
-      if constexpr (W::kScaleRuns > 0) {
-        k_slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out,
-                                bias ? bias + o : nullptr, y + t * out + o);
-      } else {
-        slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out,
-                              bias ? bias + o : nullptr, y + t * out + o);
-      }
+      slice_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_slices, n_slices, out, bias ? bias + o : nullptr,
+                            y + t * out + o);
+    });
+  };
+  run_panels(n, out, p_begin, p_end, tile);
+}
+
+template <class W>
+void run_k_superblocks(const SuperblockActivation* act, int64_t n, int64_t n_super, const uint8_t* w,
+                       size_t row_bytes, int64_t out, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
+  auto tile = [&]<int R, int T>(int64_t o, int64_t t, int64_t rows_left, int64_t tokens_left) {
+    shaped<R, T>(rows_left, tokens_left, [&]<int R2, int T2>() {
+      k_superblock_tile<W, R2, T2>(w + o * row_bytes, row_bytes, act + t * n_super, n_super, out,
+                                   bias ? bias + o : nullptr, y + t * out + o);
     });
   };
   run_panels(n, out, p_begin, p_end, tile);
@@ -406,6 +429,38 @@ bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock*
   return true;
 }
 
+bool quantize_superblock_activations_avx2(const float* x, int64_t n_elems, SuperblockActivation* blocks) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), largest = _mm256_set1_ps(3.40282347e38f);
+  for (int64_t b = 0; b < n_elems / 256; ++b) {
+    const float* v = x + b * 256;
+    __m256 magnitude = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int i = 0; i < 32; ++i) {
+      const __m256 a = _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(v + 8 * i));
+      finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, largest, _CMP_LE_OQ));  // false for inf and NaN
+      magnitude = _mm256_max_ps(magnitude, a);
+    }
+    if (_mm256_movemask_ps(finite) != 0xFF) return false;
+    float m[8];
+    _mm256_storeu_ps(m, magnitude);
+    float amax = 0;
+    for (float e : m) amax = e > amax ? e : amax;  // a maximum: the order does not matter
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    for (int r = 0; r < 16; ++r) {
+      const __m256i q0 = _mm256_cvtps_epi32(
+          _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 16 * r), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m256i q1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 16 * r + 8), id),
+                                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      // 16 int32 to int16 in order (packs interleaves 128-bit halves; the permute undoes it), then bytes.
+      const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+      const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs + 16 * r), q8);
+      blocks[b].sums[r] = static_cast<int16_t>(sum8(_mm256_add_epi32(q0, q1)));
+    }
+    blocks[b].d = amax / 127.0f;
+  }
+  return true;
+}
+
 void linear_slices_avx2_panels(DType t, const ActivationBlock* act, int64_t n, int64_t n_slices, const uint8_t* w,
                                size_t row_bytes, int64_t out, const float* bias, float* y, int64_t p_begin,
                                int64_t p_end) {
@@ -414,6 +469,16 @@ void linear_slices_avx2_panels(DType t, const ActivationBlock* act, int64_t n, i
     case DType::Q8_0: TQ_RUN(Q8_0);
     case DType::Q4_0: TQ_RUN(Q4_0);
     case DType::Q4_1: TQ_RUN(Q4_1);
+    default: return;  // linear_stored() checked the type
+  }
+#undef TQ_RUN
+}
+
+void linear_k_superblocks_avx2_panels(DType t, const SuperblockActivation* act, int64_t n, int64_t n_super,
+                                      const uint8_t* w, size_t row_bytes, int64_t out, const float* bias, float* y,
+                                      int64_t p_begin, int64_t p_end) {
+#define TQ_RUN(W) return run_k_superblocks<W>(act, n, n_super, w, row_bytes, out, bias, y, p_begin, p_end)
+  switch (t) {
     case DType::Q4_K: TQ_RUN(Q45_K<false>);
     case DType::Q5_K: TQ_RUN(Q45_K<true>);
     case DType::Q6_K: TQ_RUN(Q6_K);

@@ -115,54 +115,6 @@ inline void q4_1_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(sum_lanes(acc[t]), offsets[t]);
 }
 
-// T tokens against one group of 16 interleaved Q4_K rows in the K-quant order
-// (dot_k_slices_reference): per slice each row's 32 products summed exactly in int32 (dpbusd into
-// two chains, low and high nibbles, added: integer sums in any order are the same), times
-// fp32(d)·scale_j·d_act in one FMA, the offsets -(fp32(dmin)·min_j)·s_act in their own chain.
-template <int T>
-inline void q4_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t*,
-                       int64_t act_stride, __m512* total) {
-  __m512 acc[T], offsets[T];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = offsets[t] = _mm512_setzero_ps();
-  const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ4KBytes * kRows) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* slice = group + 4 * kRows + 18 * kRows * j;
-      prefetch_ahead<18 * kRows>(slice);
-      const __m512 scale = _mm512_mul_ps(d, bytes_as_float(slice));
-      const __m512 offset =
-          _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, bytes_as_float(slice + kRows))), sign));
-      __m512 dd[T];
-      const int8_t* qa[T];
-      slice_tokens<T>(act, act_stride, b + j, scale, offset, dd, offsets, qa);
-      __m512i lo_sum[T], hi_sum[T];
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) lo_sum[t] = hi_sum[t] = _mm512_setzero_si512();
-      const uint8_t* chunks = slice + 2 * kRows;
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m512i chunk = _mm512_loadu_si512(chunks + 4 * kRows * k);
-        const __m512i low = _mm512_and_si512(chunk, low4);
-        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa[t], k));
-          hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], high, act4(qa[t], k + 4));
-        }
-      }
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(_mm512_add_epi32(lo_sum[t], hi_sum[t])), acc[t]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) total[t] = _mm512_add_ps(acc[t], offsets[t]);
-}
-
 // T tokens against one group of 16 interleaved Q8_0 rows, stored as q + 128 (unsigned): each
 // lane's dpbusd starts from -128·(the 4 activation values' sum) (act_sums), so it ends at the exact
 // signed dot Σ q·a that the row tile forms with the sign trick. The rest as q4_1_group, without
@@ -202,53 +154,125 @@ inline void q8_0_group(const uint8_t* group, int64_t n_slices, const ActivationB
   for (int t = 0; t < T; ++t) total[t] = sum_lanes(acc[t]);
 }
 
-// T tokens against one group of 16 interleaved Q6_K rows, values stored as q + 32 (unsigned 0..63,
-// four bits in a nibble chunk and two in a top-bits chunk), in the K-quant order
-// (dot_k_slices_reference): each half slice's 16 products summed exactly in int32, its dpbusd chain
-// starting from -32·(the half's activation sum), a quarter of act_sums' -128·sums, so it ends at the
-// signed Σ q·a; values 0..15 then 16..31 times fp32(d)·scale·d_act into one FMA chain.
+// Chunk k of slice j of super-block b (low: values 4k..4k+3 of the 16 rows, high: 16+4k..16+4k+3)
+// against T tokens' activations, into each token's two dpbusd chains.
 template <int T>
-inline void q6_k_group(const uint8_t* group, int64_t n_slices, const ActivationBlock* act, const int32_t* act_sums,
-                       int64_t act_stride, __m512* total) {
+inline void dot_chunk(__m512i low, __m512i high, const SuperblockActivation* act, int64_t act_stride, int64_t b, int j,
+                      int k, __m512i* lo_sum, __m512i* hi_sum) {
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    const int8_t* qa = act[t * act_stride + b].qs + 32 * j;
+    lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa, k));
+    hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], high, act4(qa, k + 4));
+  }
+}
+
+// T tokens against one group of 16 interleaved Q4_K rows (dot_k_superblocks_reference): per
+// super-block, each slice's 32 products summed exactly (dpbusd into two chains, low and high
+// nibbles) times the slice's integer scale, summed in int32; the minima's sum by VPDPWSSD from pairs
+// of slice minima and pairs of the activations' slice sums; then fma(d·d_act, isum) and
+// fnmadd(dmin·d_act, msum) into one fp32 chain per row.
+template <int T>
+inline void q4_k_group(const uint8_t* group, int64_t n_super, const SuperblockActivation* act, int64_t act_stride,
+                       __m512* total) {
   __m512 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n_slices; b += 8, group += kInterleavedQ6KBytes * kRows) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n_super; ++b, group += kInterleavedQ4KBytes * kRows) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kRows)));
+    __m512i isum[T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* slice = group + 4 * kRows + 18 * kRows * j;
+      prefetch_ahead<18 * kRows>(slice);
+      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slice)));
+      __m512i lo_sum[T], hi_sum[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) lo_sum[t] = hi_sum[t] = _mm512_setzero_si512();
+      const uint8_t* chunks = slice + 2 * kRows;
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i chunk = _mm512_loadu_si512(chunks + 4 * kRows * k);
+        const __m512i low = _mm512_and_si512(chunk, low4);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
+        dot_chunk<T>(low, high, act, act_stride, b, j, k, lo_sum, hi_sum);
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_add_epi32(lo_sum[t], hi_sum[t]), scale));
+    }
+    __m512i min_pairs[4];  // per row, the mins of slices 2p (low half) and 2p + 1 (high half)
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const uint8_t* even = group + 4 * kRows + 18 * kRows * (2 * p) + kRows;
+      const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even)));
+      const __m512i hi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + 18 * kRows)));
+      min_pairs[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const SuperblockActivation& a = act[t * act_stride + b];
+      __m512i msum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const int32_t even = a.sums[4 * p] + a.sums[4 * p + 1], odd = a.sums[4 * p + 2] + a.sums[4 * p + 3];
+        msum = _mm512_dpwssd_epi32(msum, min_pairs[p], _mm512_set1_epi32((even & 0xFFFF) | (odd << 16)));
+      }
+      const __m512 d_act = _mm512_set1_ps(a.d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, d_act), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, d_act), _mm512_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) total[t] = acc[t];
+}
+
+// T tokens against one group of 16 interleaved Q6_K rows, values stored as q + 32 (unsigned 0..63,
+// four bits in a nibble chunk and two in a top-bits chunk), per super-block
+// (dot_k_superblocks_reference): each 16 values' products summed exactly, the dpbusd chain starting
+// from -32·(their activation sum) so it ends at the signed Σ (q - 32)·a, times the run's int8 scale,
+// summed in int32; then fma(d·d_act, isum) into one fp32 chain per row.
+template <int T>
+inline void q6_k_group(const uint8_t* group, int64_t n_super, const SuperblockActivation* act, int64_t act_stride,
+                       __m512* total) {
+  __m512 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_super; ++b, group += kInterleavedQ6KBytes * kRows) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+    __m512i isum[T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* slice = group + 2 * kRows + 26 * kRows * j;
       prefetch_ahead<26 * kRows>(slice);
-      const __m512 scale_lo = _mm512_mul_ps(d, int8s_as_float(slice));
-      const __m512 scale_hi = _mm512_mul_ps(d, int8s_as_float(slice + kRows));
-      __m512 dd_lo[T], dd_hi[T];
-      const int8_t* qa[T];
+      const __m512i scale_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slice)));
+      const __m512i scale_hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(slice + kRows)));
       __m512i lo_sum[T], hi_sum[T];
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        const ActivationBlock& a = act[t * act_stride + b + j];
-        dd_lo[t] = _mm512_mul_ps(scale_lo, _mm512_set1_ps(a.d));
-        dd_hi[t] = _mm512_mul_ps(scale_hi, _mm512_set1_ps(a.d));
-        qa[t] = a.qs;
-        const int32_t* start = act_sums + (t * act_stride + b + j) * 8;  // -128 · Σ of values 4k..4k+3
-        lo_sum[t] = _mm512_set1_epi32((start[0] + start[1] + start[2] + start[3]) >> 2);  // exact: multiples of 4
-        hi_sum[t] = _mm512_set1_epi32((start[4] + start[5] + start[6] + start[7]) >> 2);
+        const SuperblockActivation& a = act[t * act_stride + b];
+        lo_sum[t] = _mm512_set1_epi32(-32 * a.sums[2 * j]);
+        hi_sum[t] = _mm512_set1_epi32(-32 * a.sums[2 * j + 1]);
       }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         __m512i low, high;  // values 4k..4k+3 and 16+4k..16+4k+3
         q6_k_chunk_values(slice, k, &low, &high);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], low, act4(qa[t], k));
-          hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], high, act4(qa[t], k + 4));
-        }
+        dot_chunk<T>(low, high, act, act_stride, b, j, k, lo_sum, hi_sum);
       }
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        acc[t] = _mm512_fmadd_ps(dd_lo[t], _mm512_cvtepi32_ps(lo_sum[t]), acc[t]);
-        acc[t] = _mm512_fmadd_ps(dd_hi[t], _mm512_cvtepi32_ps(hi_sum[t]), acc[t]);
-      }
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[t], scale_lo),
+                                                             _mm512_mullo_epi32(hi_sum[t], scale_hi)));
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act[t * act_stride + b].d)),
+                               _mm512_cvtepi32_ps(isum[t]), acc[t]);
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) total[t] = acc[t];
@@ -265,33 +289,34 @@ inline void store_group(const __m512* total, int64_t rows, const float* bias, in
   }
 }
 
-// kMaxTokens: tokens per pass over a group's slices (the K-quants' few accumulators leave
-// registers for 4; the eight-lane formats take 2).
-template <int kMaxTokens, class GroupFn>
-void run_groups(const GroupFn& group_fn, size_t slice_bytes, const ActivationBlock* act, const int32_t* act_sums,
-                int64_t n, int64_t n_slices, const uint8_t* w, int64_t out, const float* bias, float* y,
-                int64_t g_begin, int64_t g_end) {
-  auto sums_of = [&](int64_t tok) { return act_sums ? act_sums + tok * n_slices * 8 : nullptr; };
+// kMaxTokens: tokens per pass over a group (the K-quants' few accumulators leave registers for 4;
+// the eight-lane formats take 2). A group is n_units units (slices of 32, or the K-quants'
+// super-blocks of 256) of unit_bytes; act: [n, n_units]; act_sums (Q8_0): [n, n_units, 8] or null.
+template <int kMaxTokens, class Act, class GroupFn>
+void run_groups(const GroupFn& group_fn, size_t unit_bytes, const Act* act, const int32_t* act_sums, int64_t n,
+                int64_t n_units, const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                int64_t g_end) {
+  auto sums_of = [&](int64_t tok) { return act_sums ? act_sums + tok * n_units * 8 : nullptr; };
   for (int64_t g = g_begin; g < g_end; ++g) {
-    const uint8_t* group = w + static_cast<size_t>(g) * n_slices * slice_bytes;
+    const uint8_t* group = w + static_cast<size_t>(g) * n_units * unit_bytes;
     const int64_t o0 = g * kRows, rows = out - o0 < kRows ? out - o0 : kRows;
     // Several tokens at a time (each loaded chunk serves them all); the group's slices stay in L1.
     int64_t tok = 0;
     if constexpr (kMaxTokens >= 4) {
       for (; tok + 4 <= n; tok += 4) {
         __m512 total[4];
-        group_fn.template operator()<4>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+        group_fn.template operator()<4>(group, n_units, act + tok * n_units, sums_of(tok), n_units, total);
         store_group<4>(total, rows, bias, o0, out, y + tok * out);
       }
     }
     for (; tok + 2 <= n; tok += 2) {
       __m512 total[2];
-      group_fn.template operator()<2>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+      group_fn.template operator()<2>(group, n_units, act + tok * n_units, sums_of(tok), n_units, total);
       store_group<2>(total, rows, bias, o0, out, y + tok * out);
     }
     if (tok < n) {
       __m512 total[1];
-      group_fn.template operator()<1>(group, n_slices, act + tok * n_slices, sums_of(tok), n_slices, total);
+      group_fn.template operator()<1>(group, n_units, act + tok * n_units, sums_of(tok), n_units, total);
       store_group<1>(total, rows, bias, o0, out, y + tok * out);
     }
   }
@@ -322,18 +347,24 @@ void linear_interleaved16_avx512_groups(DType t, const ActivationBlock* act, con
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q4_1_group<T>(g, s, a, sums, stride, total); };
     run_groups<2>(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
-  } else if (t == DType::Q4_K) {
-    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
-                        __m512* total) { q4_k_group<T>(g, s, a, sums, stride, total); };
-    run_groups<4>(fn, interleaved_slice_bytes(t, kRows), act, nullptr, n, n_slices, w, out, bias, y, g_begin, g_end);
-  } else if (t == DType::Q6_K) {
-    auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
-                        __m512* total) { q6_k_group<T>(g, s, a, sums, stride, total); };
-    run_groups<4>(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
   } else if (t == DType::Q8_0) {
     auto fn = []<int T>(const uint8_t* g, int64_t s, const ActivationBlock* a, const int32_t* sums, int64_t stride,
                         __m512* total) { q8_0_group<T>(g, s, a, sums, stride, total); };
     run_groups<2>(fn, interleaved_slice_bytes(t, kRows), act, act_sums, n, n_slices, w, out, bias, y, g_begin, g_end);
+  }
+}
+
+void linear_interleaved16_k_avx512_groups(DType t, const SuperblockActivation* act, int64_t n, int64_t n_super,
+                                          const uint8_t* w, int64_t out, const float* bias, float* y, int64_t g_begin,
+                                          int64_t g_end) {
+  if (t == DType::Q4_K) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const SuperblockActivation* a, const int32_t*, int64_t stride,
+                        __m512* total) { q4_k_group<T>(g, s, a, stride, total); };
+    run_groups<4>(fn, kInterleavedQ4KBytes * kRows, act, nullptr, n, n_super, w, out, bias, y, g_begin, g_end);
+  } else if (t == DType::Q6_K) {
+    auto fn = []<int T>(const uint8_t* g, int64_t s, const SuperblockActivation* a, const int32_t*, int64_t stride,
+                        __m512* total) { q6_k_group<T>(g, s, a, stride, total); };
+    run_groups<4>(fn, kInterleavedQ6KBytes * kRows, act, nullptr, n, n_super, w, out, bias, y, g_begin, g_end);
   }
 }
 

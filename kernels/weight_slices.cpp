@@ -97,4 +97,35 @@ void unpack_weight_slice(DType t, const uint8_t* row, int64_t slice, WeightSlice
   }
 }
 
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+void unpack_k_quant_superblock(DType t, const uint8_t* row, int64_t index, KQuantSuperblock* out) {
+  if (!is_k_quant(t)) fail("no K-quant super-block reader for type {}", dtype_traits(t).name);
+  WeightSlice s;
+  for (int j = 0; j < 8; ++j) {
+    unpack_weight_slice(t, row, index * 8 + j, &s);
+    std::memcpy(out->q + 32 * j, s.q, 32);
+  }
+  if (t == DType::Q6_K) {
+    const uint8_t* block = row + index * sizeof(BlockQ6_K);
+    // Slice j (run j % 4 of half j / 4) uses scales[8·half + 2·run] = scales[2j] and the one after
+    // (k_quant_6): scale r is the stored scale r.
+    const auto* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
+    for (int r = 0; r < 16; ++r) out->scale[r] = scales[r];
+    for (int16_t& m : out->min) m = 0;
+    out->d = fp16_at(block + offsetof(BlockQ6_K, d));
+    out->dmin = 0;
+    return;
+  }
+  const uint8_t* block = row + index * (t == DType::Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K));
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    k4_scale_min(block + offsetof(BlockQ4_K, scales), j, &sc, &m);
+    out->scale[2 * j] = out->scale[2 * j + 1] = static_cast<int16_t>(sc);
+    out->min[j] = static_cast<int16_t>(m);
+  }
+  out->d = fp16_at(block + offsetof(BlockQ4_K, d));
+  out->dmin = fp16_at(block + offsetof(BlockQ4_K, dmin));
+}
+
 }  // namespace tq

@@ -17,6 +17,22 @@ struct WeightSlice {
   float offset;    // added to every value: Q4_1's m, minus dmin·min for Q4_K/Q5_K, else 0
 };
 
+// A 256-value K-quant super-block with its integer scales apart, as the K-quant products use them:
+//   weight[i] = d · scale[i / 16] · q[i] − dmin · min[i / 32].
+struct KQuantSuperblock {
+  int8_t q[256];      // Q4_K 0..15, Q5_K 0..31, Q6_K -32..31
+  int16_t scale[16];  // per 16 values: Q4_K/Q5_K 0..63 (one per slice, twice), Q6_K -128..127
+  int16_t min[8];     // per 32 values: Q4_K/Q5_K 0..63, Q6_K 0
+  float d;            // fp32 of the block's fp16 d
+  float dmin;         // fp32 of its fp16 dmin (Q6_K: 0)
+};
+
+// True for Q4_K, Q5_K and Q6_K.
+bool is_k_quant(DType type);
+
+// Super-block `index` (0-based, counted from the row start) of a row stored as a K-quant.
+void unpack_k_quant_superblock(DType type, const uint8_t* row, int64_t index, KQuantSuperblock* out);
+
 // True for the block types unpack_weight_slice() reads.
 bool has_weight_slices(DType type);
 

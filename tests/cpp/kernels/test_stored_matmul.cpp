@@ -4,7 +4,7 @@
 //   (fp32 activations for F16/BF16);
 // - the SIMD tiles equal the scalar reference bit for bit, for every tile shape;
 // - a token's outputs do not depend on the batch it is in;
-// - activation quantization follows ggml's Q8_0/Q8_1 rules;
+// - activation quantization follows ggml's Q8_0/Q8_1 rules (Q8_K's for the K-quants);
 // - Q4_1, Q8_0, Q4_K and Q6_K rows interleaved 8 or 16 at a time (kernels/interleaved_rows.h) give the same
 //   results bit for bit, and come back unchanged; AMX's tiles give the VNNI kernel's results.
 #include <gtest/gtest.h>
@@ -112,6 +112,61 @@ TEST(QuantizeActivations, Avx2EqualsScalar) {
   }
 }
 
+TEST(QuantizeSuperblockActivations, FollowsGgmlQ8KRules) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = (i - 127.5f) * 0.03125f;  // amax 3.984375 at both ends
+  SuperblockActivation b;
+  quantize_superblock_activations(x.data(), 256, &b);
+  EXPECT_EQ(b.d, 3.984375f / 127.0f);  // fp32, not rounded through fp16
+  EXPECT_EQ(b.qs[0], -127);
+  EXPECT_EQ(b.qs[255], 127);
+  for (int r = 0; r < 16; ++r) {
+    int sum = 0;
+    for (int i = 16 * r; i < 16 * r + 16; ++i) {
+      EXPECT_EQ(b.qs[i], static_cast<int>(std::nearbyint(x[i] * (127.0f / 3.984375f)))) << i;
+      sum += b.qs[i];
+    }
+    EXPECT_EQ(b.sums[r], sum) << "run " << r;
+  }
+  std::vector<float> zeros(256, 0.0f);
+  quantize_superblock_activations(zeros.data(), 256, &b);
+  EXPECT_EQ(b.d, 0.0f);
+  for (int8_t q : b.qs) EXPECT_EQ(q, 0);
+  zeros[3] = NAN;
+  EXPECT_THROW(quantize_superblock_activations(zeros.data(), 256, &b), std::exception);
+}
+
+// The AVX2 super-block quantizer equals the scalar one bit for bit (tiny and huge blocks, ties at .5
+// after scaling, zeros) and refuses infinities and NaN.
+TEST(QuantizeSuperblockActivations, Avx2EqualsScalar) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+    GTEST_SKIP() << "no AVX2+FMA+F16C on this CPU";
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(256 * 8);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int block = static_cast<int>(i / 256);
+    const float magnitude = block == 0 ? 1e-30f : block == 1 ? 1e6f : 1.0f;
+    x[i] = block == 2 ? static_cast<float>(static_cast<int>(normal(rng) * 40)) / 2 : normal(rng) * magnitude;
+  }
+  for (int j = 0; j < 256; ++j) x[3 * 256 + j] = 0.0f;
+  x[4 * 256] = 127.0f;  // exact ties: v·127/127 = k + 0.5
+  for (int j = 1; j < 256; ++j) x[4 * 256 + j] = static_cast<float>(j % 127) + 0.5f - (j % 2 ? 0.0f : 127.0f);
+  std::vector<SuperblockActivation> scalar(8), simd(8);
+  quantize_superblock_activations(x.data(), static_cast<int64_t>(x.size()), scalar.data());
+  ASSERT_TRUE(quantize_superblock_activations_avx2(x.data(), static_cast<int64_t>(x.size()), simd.data()));
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ(simd[b].d, scalar[b].d) << "block " << b;
+    EXPECT_EQ(std::memcmp(simd[b].qs, scalar[b].qs, 256), 0) << "block " << b;
+    EXPECT_EQ(std::memcmp(simd[b].sums, scalar[b].sums, sizeof scalar[b].sums), 0) << "block " << b;
+  }
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    std::vector<float> y(512, 1.0f);
+    y[300] = bad;
+    EXPECT_FALSE(quantize_superblock_activations_avx2(y.data(), 512, simd.data()));
+  }
+}
+
 class StoredLinearTest : public ::testing::TestWithParam<DType> {
  protected:
   bool is_half() const { return GetParam() == DType::F16 || GetParam() == DType::BF16; }
@@ -130,21 +185,29 @@ TEST_P(StoredLinearTest, EqualsDequantizedProductInDouble) {
   linear_stored(x.data(), n, in, t, w.data(), out, bias.data(), y.data());
 
   const size_t row_bytes = dtype_row_bytes(t, in);
-  std::vector<float> w_row(in);
+  const bool k_quant = t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  std::vector<float> w_row(in), a(in);
   std::vector<ActivationBlock> act(in / 32);
+  std::vector<SuperblockActivation> k_act(in / 256);
   for (int64_t r = 0; r < n; ++r) {
-    quantize_activations(x.data() + r * in, in, act.data());
+    // The activations as the kernels see them: 8-bit values times their block's scale.
+    if (k_quant) {
+      quantize_superblock_activations(x.data() + r * in, in, k_act.data());
+      for (int64_t i = 0; i < in; ++i) a[i] = k_act[i / 256].d * k_act[i / 256].qs[i % 256];
+    } else {
+      quantize_activations(x.data() + r * in, in, act.data());
+      for (int64_t i = 0; i < in; ++i) a[i] = is_half() ? x[r * in + i] : act[i / 32].d * act[i / 32].qs[i % 32];
+    }
     for (int64_t o = 0; o < out; ++o) {
       dequantize_row(t, w.data() + o * row_bytes, w_row.data(), in);
       double ref = bias[o], magnitude = std::fabs(bias[o]);
       for (int64_t i = 0; i < in; ++i) {
-        const double a = is_half() ? double{x[r * in + i]} : double{act[i / 32].d} * act[i / 32].qs[i % 32];
-        ref += double{w_row[i]} * a;
-        magnitude += std::fabs(double{w_row[i]} * a);
+        ref += double{w_row[i]} * a[i];
+        magnitude += std::fabs(double{w_row[i]} * a[i]);
       }
-      // Offsets (Q4_1, Q4_K, Q5_K) multiply the fp16-rounded block sum, as ggml's Q8_1 does.
-      const bool offsets = t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K;
-      const double tol = 1e-5 * magnitude + (offsets ? 2e-3 * magnitude : 0.0);
+      // Q4_1's offsets multiply the fp16-rounded block sum, as ggml's Q8_1 does; the K-quants' minima
+      // multiply exact sums.
+      const double tol = 1e-5 * magnitude + (t == DType::Q4_1 ? 2e-3 * magnitude : 0.0);
       EXPECT_NEAR(y[r * out + o], ref, tol) << "token " << r << " out " << o;
     }
   }
@@ -274,25 +337,22 @@ TEST(StoredLinear, AmxTilesEqualVnni) {
   if (!stored_matmul_amx_available()) GTEST_SKIP() << "no AMX on this CPU (or TQSERVE_AMX=0)";
   for (DType t : {DType::Q4_K, DType::Q6_K}) {
     std::mt19937 rng(71 + static_cast<int>(t));
-    const int64_t in = 768, out = 40, n = 53, tiled = 48, n_slices = in / 32;
+    const int64_t in = 768, out = 40, n = 53, tiled = 48, n_super = in / 256;
     const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
     const LargeBytes grouped = interleave_rows(t, rows.data(), out, in, 16);
     std::normal_distribution<float> normal(0.0f, 2.0f);
     std::vector<float> x(n * in), bias(out);
     for (float& v : x) v = normal(rng);
     for (float& v : bias) v = normal(rng);
-    std::vector<ActivationBlock> act(n * n_slices);
-    quantize_activations(x.data(), n * in, act.data());
-    std::vector<int32_t> sums(act.size() * 8);
-    activation_group_sums(act.data(), static_cast<int64_t>(act.size()), sums.data());
+    std::vector<SuperblockActivation> act(n * n_super);
+    quantize_superblock_activations(x.data(), n * in, act.data());
     std::vector<float> tiles(n * out, -1.0f), vnni(n * out, -2.0f);
-    std::vector<AmxActivationSlice> packed(tiled / kAmxTokens * n_slices);
-    pack_activations_for_amx(act.data(), tiled, n_slices, packed.data());
-    linear_interleaved16_amx_groups(t, packed.data(), tiled, act.data() + tiled * n_slices,
-                                    sums.data() + tiled * n_slices * 8, n - tiled, n_slices, grouped.data(), out,
-                                    bias.data(), tiles.data(), 0, 3);
-    linear_interleaved16_avx512_groups(t, act.data(), sums.data(), n, n_slices, grouped.data(), out, bias.data(),
-                                       vnni.data(), 0, 3);
+    std::vector<AmxActivationSuperblock> packed(tiled / kAmxTokens * n_super);
+    pack_superblock_activations_for_amx(act.data(), tiled, n_super, packed.data());
+    linear_interleaved16_amx_groups(t, packed.data(), tiled, act.data() + tiled * n_super, n - tiled, n_super,
+                                    grouped.data(), out, bias.data(), tiles.data(), 0, 3);
+    linear_interleaved16_k_avx512_groups(t, act.data(), n, n_super, grouped.data(), out, bias.data(), vnni.data(), 0,
+                                         3);
     for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(tiles[i], vnni[i]) << dtype_traits(t).name << " element " << i;
   }
 }
