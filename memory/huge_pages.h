@@ -49,5 +49,8 @@ struct HugePageAllocator {
 
 // Bytes of a large buffer (a stored weight matrix).
 using LargeBytes = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
+// Floats of a large buffer (a batch's activations: a 2048-token step's products write 80 MB rows
+// 64 bytes at a time per group of weight rows, a page walk each with 4 KiB pages).
+using LargeFloats = std::vector<float, HugePageAllocator<float>>;
 
 }  // namespace tq

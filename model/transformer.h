@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "memory/huge_pages.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/weights.h"
@@ -17,24 +18,24 @@ namespace tq {
 // Activations of one step; grown on demand, reused across steps.
 struct ForwardBuffers {
   int capacity = 0;
-  std::vector<float> x;       // [T, hidden] residual stream
-  std::vector<float> h;       // [T, hidden] normed input of a sub-block
-  std::vector<float> q;       // [T, n_heads * head_dim]
-  std::vector<float> k;       // [T, n_kv_heads * head_dim]
-  std::vector<float> v;       // [T, n_kv_heads * head_dim]
-  std::vector<float> attn;    // [T, n_heads * head_dim]
-  std::vector<float> q_store;     // [T, n_heads * head_dim] q in K's storage space (quantized KV)
-  std::vector<float> attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
-  std::vector<float> k_exact;     // [T, n_kv_heads * head_dim] k in storage space, unquantized
-  std::vector<float> v_exact;     // [T, n_kv_heads * head_dim] (KvQuantOptions::exact_chunk_rows)
+  LargeFloats x;       // [T, hidden] residual stream
+  LargeFloats h;       // [T, hidden] normed input of a sub-block
+  LargeFloats q;       // [T, n_heads * head_dim]
+  LargeFloats k;       // [T, n_kv_heads * head_dim]
+  LargeFloats v;       // [T, n_kv_heads * head_dim]
+  LargeFloats attn;    // [T, n_heads * head_dim]
+  LargeFloats q_store;     // [T, n_heads * head_dim] q in K's storage space (quantized KV)
+  LargeFloats attn_store;  // [T, n_heads * head_dim] attention output in V's storage space
+  LargeFloats k_exact;     // [T, n_kv_heads * head_dim] k in storage space, unquantized
+  LargeFloats v_exact;     // [T, n_kv_heads * head_dim] (KvQuantOptions::exact_chunk_rows)
   std::vector<int> query_block_first;  // [blocks + 1] tokens attended together (layer_blocks.cpp)
   std::vector<int> first_part;    // [T + 1] attention parts of a quantized cache: token t's are
-  std::vector<float> part_out;    // [parts, n_heads * head_dim]   slots first_part[t] ..
-  std::vector<float> part_max;    // [parts, n_heads]              first_part[t + 1] - 1
-  std::vector<float> part_sum;    // [parts, n_heads]
-  std::vector<float> gate;    // [T, ffn]
-  std::vector<float> up;      // [T, ffn]
-  std::vector<float> out;     // [T, hidden] sub-block output before the residual add
+  LargeFloats part_out;    // [parts, n_heads * head_dim]   slots first_part[t] ..
+  LargeFloats part_max;    // [parts, n_heads]              first_part[t + 1] - 1
+  LargeFloats part_sum;    // [parts, n_heads]
+  LargeFloats gate;    // [T, ffn]
+  LargeFloats up;      // [T, ffn]
+  LargeFloats out;     // [T, hidden] sub-block output before the residual add
   void reserve(const ModelConfig& c, int tokens);
 };
 
