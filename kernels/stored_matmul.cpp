@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "kernels/stored_matmul_amx.h"
 #include "kernels/stored_matmul_avx512.h"
 #include "kernels/weight_slices.h"
+#include "memory/huge_pages.h"
 
 namespace tq {
 namespace {
@@ -108,17 +111,53 @@ void check_shapes(int64_t in, DType t) {
     fail("stored linear: input width {} is not a multiple of {}'s block of {}", in, dtype_traits(t).name, block);
 }
 
-// x: [n, in] → [n, in / 32] blocks (Block = ActivationBlock) or [n, in / 256] super-blocks (Block =
+// A buffer each thread keeps between calls, grown and never shrunk or cleared: a serving step's
+// quantized activations are several MB, and fresh ones for every product were mapped and zeroed by
+// the kernel each time (2 % of a serving profile in page faults and clear_page). 64-byte aligned;
+// from 2 MiB on in huge pages.
+template <class T>
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
+  T* get(size_t n) {
+    if (n > capacity_) {
+      release();
+      const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      huge_ = large_buffers_mapped() && bytes >= kHugePageBytes;
+      data_ = static_cast<T*>(huge_ ? huge_page_allocate(bytes) : std::aligned_alloc(64, bytes));
+      if (!data_) throw std::bad_alloc();
+      capacity_ = n;
+    }
+    return data_;
+  }
+
+ private:
+  void release() {
+    if (huge_)
+      huge_page_free(data_, (capacity_ * sizeof(T) + 63) / 64 * 64);
+    else
+      std::free(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  T* data_ = nullptr;
+  size_t capacity_ = 0;
+  bool huge_ = false;
+};
+
+// x: [n, in] → act: [n, in / 32] blocks (Block = ActivationBlock) or [n, in / 256] super-blocks (Block =
 // SuperblockActivation), with the AVX2 quantizer (bit-identical) when `simd`.
 template <class Block>
-std::vector<Block> quantize_rows(const float* x, int64_t n, int64_t in, bool simd) {
+void quantize_rows(const float* x, int64_t n, int64_t in, bool simd, Block* act) {
   constexpr bool kSuper = std::is_same_v<Block, SuperblockActivation>;
   const int64_t per_row = in / (kSuper ? 256 : kSlice);
-  std::vector<Block> act(static_cast<size_t>(n * per_row));  // [n, per_row]
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (n >= 16)
   for (int64_t r = 0; r < n; ++r) {
-    Block* out = act.data() + r * per_row;
+    Block* out = act + r * per_row;
     if (simd) {
       if constexpr (kSuper)
         finite = quantize_superblock_activations_avx2(x + r * in, in, out) && finite;
@@ -135,7 +174,6 @@ std::vector<Block> quantize_rows(const float* x, int64_t n, int64_t in, bool sim
     }
   }
   if (!finite) fail("stored linear: activations are not finite (the model diverged)");
-  return act;
 }
 
 }  // namespace
@@ -185,13 +223,11 @@ void linear_stored_reference(const float* x, int64_t n, int64_t in, DType t, con
                              const float* bias, float* y) {
   check_shapes(in, t);
   const size_t row_bytes = dtype_row_bytes(t, in);
-  std::vector<ActivationBlock> act;
-  std::vector<SuperblockActivation> k_act;
-  if (is_k_quant(t))
-    k_act = quantize_rows<SuperblockActivation>(x, n, in, false);
-  else if (!is_half(t))
-    act = quantize_rows<ActivationBlock>(x, n, in, false);
   const int64_t n_slices = in / kSlice, n_super = in / 256;
+  std::vector<ActivationBlock> act(is_k_quant(t) || is_half(t) ? 0 : n * n_slices);
+  std::vector<SuperblockActivation> k_act(is_k_quant(t) ? n * n_super : 0);
+  if (!act.empty()) quantize_rows<ActivationBlock>(x, n, in, false, act.data());
+  if (!k_act.empty()) quantize_rows<SuperblockActivation>(x, n, in, false, k_act.data());
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < out; ++o) {
     const uint8_t* row = w + o * row_bytes;
@@ -241,27 +277,31 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
   }
   // The activations quantized once for every product: in blocks of 32 (Q8_0, Q4_0, Q4_1) and in
   // super-blocks of 256 (the K-quants).
-  std::vector<ActivationBlock> act;
-  if (any_blocks) act = quantize_rows<ActivationBlock>(x, n, in, true);
-  std::vector<SuperblockActivation> k_act;
-  if (any_k_quants) k_act = quantize_rows<SuperblockActivation>(x, n, in, true);
   const int64_t n_slices = in / kSlice, n_super = in / 256;
-  std::vector<int32_t> act_sums;  // [n, n_slices, 8] for Q8_0 interleaved rows (its VNNI kernel)
-  for (int i = 0; i < count && act_sums.empty(); ++i)
+  thread_local Scratch<ActivationBlock> act_scratch;
+  thread_local Scratch<SuperblockActivation> k_act_scratch;
+  thread_local Scratch<int32_t> act_sums_scratch;
+  thread_local Scratch<AmxActivationSuperblock> amx_scratch;
+  ActivationBlock* const act = any_blocks ? act_scratch.get(n * n_slices) : nullptr;  // [n, n_slices]
+  if (any_blocks) quantize_rows<ActivationBlock>(x, n, in, true, act);
+  SuperblockActivation* const k_act = any_k_quants ? k_act_scratch.get(n * n_super) : nullptr;  // [n, n_super]
+  if (any_k_quants) quantize_rows<SuperblockActivation>(x, n, in, true, k_act);
+  int32_t* act_sums = nullptr;  // [n, n_slices, 8] for Q8_0 interleaved rows (its VNNI kernel)
+  for (int i = 0; i < count && !act_sums; ++i)
     if (products[i].type == DType::Q8_0 && products[i].group_rows == 16) {
-      act_sums.resize(act.size() * 8);
-      activation_group_sums(act.data(), static_cast<int64_t>(act.size()), act_sums.data());
+      act_sums = act_sums_scratch.get(n * n_slices * 8);
+      activation_group_sums(act, n * n_slices, act_sums);
     }
   // Whole blocks of 16 tokens go through AMX tiles where the CPU has them (Q4_K, Q6_K), the rest
   // through VNNI: the same results either way.
   int64_t amx_tokens = 0;
-  std::unique_ptr<AmxActivationSuperblock[]> amx_act;  // [amx_tokens / 16, n_super], all written by the packing
+  AmxActivationSuperblock* amx_act = nullptr;  // [amx_tokens / 16, n_super], all written by the packing
   for (int i = 0; i < count && amx_tokens == 0; ++i)
     if ((products[i].type == DType::Q4_K || products[i].type == DType::Q6_K) && products[i].group_rows == 16 &&
         n >= kAmxTokens && stored_matmul_amx_available()) {
       amx_tokens = n / kAmxTokens * kAmxTokens;
-      amx_act.reset(new AmxActivationSuperblock[static_cast<size_t>(amx_tokens / kAmxTokens * n_super)]);
-      pack_superblock_activations_for_amx(k_act.data(), amx_tokens, n_super, amx_act.get());
+      amx_act = amx_scratch.get(amx_tokens / kAmxTokens * n_super);
+      pack_superblock_activations_for_amx(k_act, amx_tokens, n_super, amx_act);
     }
   // Panels [p_begin, p_end) of product i on the calling thread.
   const auto run_panels = [&](int i, int64_t p_begin, int64_t p_end) {
@@ -274,24 +314,24 @@ void linear_stored_many(const float* x, int64_t n, int64_t in, const StoredProdu
       const int64_t g_begin = p_begin * groups_per_panel, g_end = std::min(n_groups, p_end * groups_per_panel);
       if (p.group_rows == 16 && k_quant) {
         if (amx_tokens > 0)
-          linear_interleaved16_amx_groups(p.type, amx_act.get(), amx_tokens, k_act.data() + amx_tokens * n_super,
+          linear_interleaved16_amx_groups(p.type, amx_act, amx_tokens, k_act + amx_tokens * n_super,
                                           n - amx_tokens, n_super, p.w, p.out, p.bias, p.y, g_begin, g_end);
         else
-          linear_interleaved16_k_avx512_groups(p.type, k_act.data(), n, n_super, p.w, p.out, p.bias, p.y, g_begin,
+          linear_interleaved16_k_avx512_groups(p.type, k_act, n, n_super, p.w, p.out, p.bias, p.y, g_begin,
                                                g_end);
       } else if (p.group_rows == 16) {
-        linear_interleaved16_avx512_groups(p.type, act.data(), act_sums.empty() ? nullptr : act_sums.data(), n,
+        linear_interleaved16_avx512_groups(p.type, act, act_sums, n,
                                            n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       } else {
-        linear_interleaved_avx2_groups(p.type, act.data(), n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
+        linear_interleaved_avx2_groups(p.type, act, n, n_slices, p.w, p.out, p.bias, p.y, g_begin, g_end);
       }
     } else if (is_half(p.type)) {
       linear_half_avx2_panels(p.type, x, n, in, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
     } else if (k_quant) {
-      linear_k_superblocks_avx2_panels(p.type, k_act.data(), n, n_super, p.w, row_bytes, p.out, p.bias, p.y, p_begin,
+      linear_k_superblocks_avx2_panels(p.type, k_act, n, n_super, p.w, row_bytes, p.out, p.bias, p.y, p_begin,
                                        p_end);
     } else {
-      linear_slices_avx2_panels(p.type, act.data(), n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
+      linear_slices_avx2_panels(p.type, act, n, n_slices, p.w, row_bytes, p.out, p.bias, p.y, p_begin, p_end);
     }
   };
   // One parallel region over every product's panels (one fork and one join for all of them), each
