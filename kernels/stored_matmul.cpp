@@ -149,7 +149,7 @@ class Scratch {
 };
 
 // x: [n, in] → act: [n, in / 32] blocks (Block = ActivationBlock) or [n, in / 256] super-blocks (Block =
-// SuperblockActivation), with the AVX2 quantizer (bit-identical) when `simd`.
+// SuperblockActivation), with the AVX-512 or AVX2 quantizer (bit-identical) when `simd`.
 template <class Block>
 void quantize_rows(const float* x, int64_t n, int64_t in, bool simd, Block* act) {
   constexpr bool kSuper = std::is_same_v<Block, SuperblockActivation>;
@@ -160,7 +160,9 @@ void quantize_rows(const float* x, int64_t n, int64_t in, bool simd, Block* act)
     Block* out = act + r * per_row;
     if (simd) {
       if constexpr (kSuper)
-        finite = quantize_superblock_activations_avx2(x + r * in, in, out) && finite;
+        finite = (stored_matmul_avx512_available() ? quantize_superblock_activations_avx512(x + r * in, in, out)
+                                                   : quantize_superblock_activations_avx2(x + r * in, in, out)) &&
+                 finite;
       else
         finite = quantize_activations_avx2(x + r * in, in, out) && finite;
     } else {

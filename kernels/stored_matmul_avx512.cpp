@@ -331,6 +331,31 @@ bool stored_matmul_avx512_available() {
   return ok;
 }
 
+bool quantize_superblock_activations_avx512(const float* x, int64_t n_elems, SuperblockActivation* blocks) {
+  const __m512 largest = _mm512_set1_ps(3.40282347e38f);
+  for (int64_t b = 0; b < n_elems / 256; ++b) {
+    const float* v = x + b * 256;
+    __m512 magnitude = _mm512_setzero_ps();
+    __mmask16 finite = 0xFFFF;
+    for (int r = 0; r < 16; ++r) {
+      const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + 16 * r));
+      finite &= _mm512_cmp_ps_mask(a, largest, _CMP_LE_OQ);  // false for inf and NaN
+      magnitude = _mm512_max_ps(magnitude, a);
+    }
+    if (finite != 0xFFFF) return false;
+    const float amax = _mm512_reduce_max_ps(magnitude);  // a maximum: the order does not matter
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    for (int r = 0; r < 16; ++r) {
+      // Rounded half to even (the default rounding mode), as nearbyint; |q| <= 127, so the narrowing is exact.
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 16 * r), id));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs + 16 * r), _mm512_cvtepi32_epi8(q));
+      blocks[b].sums[r] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    blocks[b].d = amax / 127.0f;
+  }
+  return true;
+}
+
 void activation_group_sums(const ActivationBlock* act, int64_t n_blocks, int32_t* sums) {
   for (int64_t i = 0; i < n_blocks; ++i)
     for (int k = 0; k < 8; ++k) {

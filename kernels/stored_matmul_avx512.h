@@ -12,6 +12,9 @@ struct ActivationBlock;
 struct SuperblockActivation;
 
 bool stored_matmul_avx512_available();
+// quantize_superblock_activations() (kernels/stored_matmul.h), bit for bit; false (blocks
+// unspecified) when x holds an infinity or NaN.
+bool quantize_superblock_activations_avx512(const float* x, int64_t n_elems, SuperblockActivation* blocks);
 
 // -128 · (the sum of values 4k..4k+3) of each block, k = 0..7: what Q8_0's kernel starts each
 // lane's dpbusd from. act: [n_blocks] → sums: [n_blocks, 8].

@@ -136,7 +136,7 @@ TEST(QuantizeSuperblockActivations, FollowsGgmlQ8KRules) {
   EXPECT_THROW(quantize_superblock_activations(zeros.data(), 256, &b), std::exception);
 }
 
-// The AVX2 super-block quantizer equals the scalar one bit for bit (tiny and huge blocks, ties at .5
+// The AVX2 and AVX-512 super-block quantizers equal the scalar one bit for bit (tiny and huge blocks, ties at .5
 // after scaling, zeros) and refuses infinities and NaN.
 TEST(QuantizeSuperblockActivations, Avx2EqualsScalar) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
@@ -154,16 +154,21 @@ TEST(QuantizeSuperblockActivations, Avx2EqualsScalar) {
   for (int j = 1; j < 256; ++j) x[4 * 256 + j] = static_cast<float>(j % 127) + 0.5f - (j % 2 ? 0.0f : 127.0f);
   std::vector<SuperblockActivation> scalar(8), simd(8);
   quantize_superblock_activations(x.data(), static_cast<int64_t>(x.size()), scalar.data());
-  ASSERT_TRUE(quantize_superblock_activations_avx2(x.data(), static_cast<int64_t>(x.size()), simd.data()));
-  for (int b = 0; b < 8; ++b) {
-    EXPECT_EQ(simd[b].d, scalar[b].d) << "block " << b;
-    EXPECT_EQ(std::memcmp(simd[b].qs, scalar[b].qs, 256), 0) << "block " << b;
-    EXPECT_EQ(std::memcmp(simd[b].sums, scalar[b].sums, sizeof scalar[b].sums), 0) << "block " << b;
-  }
-  for (float bad : {INFINITY, -INFINITY, NAN}) {
-    std::vector<float> y(512, 1.0f);
-    y[300] = bad;
-    EXPECT_FALSE(quantize_superblock_activations_avx2(y.data(), 512, simd.data()));
+  using Quantizer = bool (*)(const float*, int64_t, SuperblockActivation*);
+  std::vector<std::pair<const char*, Quantizer>> kernels = {{"AVX2", quantize_superblock_activations_avx2}};
+  if (stored_matmul_avx512_available()) kernels.push_back({"AVX-512", quantize_superblock_activations_avx512});
+  for (const auto& [name, quantize] : kernels) {
+    ASSERT_TRUE(quantize(x.data(), static_cast<int64_t>(x.size()), simd.data())) << name;
+    for (int b = 0; b < 8; ++b) {
+      EXPECT_EQ(simd[b].d, scalar[b].d) << name << " block " << b;
+      EXPECT_EQ(std::memcmp(simd[b].qs, scalar[b].qs, 256), 0) << name << " block " << b;
+      EXPECT_EQ(std::memcmp(simd[b].sums, scalar[b].sums, sizeof scalar[b].sums), 0) << name << " block " << b;
+    }
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      std::vector<float> y(512, 1.0f);
+      y[300] = bad;
+      EXPECT_FALSE(quantize(y.data(), 512, simd.data())) << name;
+    }
   }
 }
 
