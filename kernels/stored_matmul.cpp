@@ -124,6 +124,7 @@ class Scratch {
   ~Scratch() { release(); }
   T* get(size_t n) {
     if (n > capacity_) {
+      n = std::max(n, capacity_ + capacity_ / 2);  // a batch growing token by token reallocates rarely
       release();
       const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
       huge_ = large_buffers_mapped() && bytes >= kHugePageBytes;
@@ -189,7 +190,7 @@ void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* bloc
     float amax = 0;
     for (int j = 0; j < kSlice; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float id = 127.0f / amax <= 3.40282347e38f ? 127.0f / amax : 0.0f;  // 0 (an all-zero block) for amax < 3.7e-37
     int32_t sum = 0;
     for (int j = 0; j < kSlice; ++j) {
       const int q = static_cast<int>(std::nearbyint(v[j] * id));  // ties to even (default rounding mode)
@@ -207,7 +208,7 @@ void quantize_superblock_activations(const float* x, int64_t n_elems, Superblock
     if (!activations_are_finite(v, 256)) fail("stored linear: activations are not finite (the model diverged)");
     float amax = 0;
     for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float id = 127.0f / amax <= 3.40282347e38f ? 127.0f / amax : 0.0f;  // 0 (an all-zero block) for amax < 3.7e-37
     for (int r = 0; r < 16; ++r) {
       int32_t sum = 0;
       for (int j = 16 * r; j < 16 * r + 16; ++j) {

@@ -8,8 +8,8 @@
 // 32-value weight slice (kernels/weight_slices.h) gives eight exact integer lane sums, and the
 // scales are accumulated into eight fp32 lanes with FMA and summed pairwise at the end, offsets in
 // a separate fp32 chain: ggml's own order, so greedy outputs agree with llama.cpp on the same GGUF.
-// For the K-quants (Q4_K, Q5_K, Q6_K) the activations are quantized as ggml's Q8_K, one fp32 scale
-// per 256 values with the sums of each 16, and a whole 256-value super-block is summed exactly in
+// For the K-quants (Q4_K, Q5_K, Q6_K) the activations are quantized in ggml's Q8_K layout, one fp32
+// scale per 256 values with the sums of each 16, and a whole 256-value super-block is summed exactly in
 // int32 (every value times its run's integer scale; the minima times the activation sums) before
 // one or two fp32 FMAs into one chain per output, as ggml does. F16/BF16 rows are widened to fp32
 // and use eight FMA lanes over the row, in order.
@@ -67,16 +67,19 @@ struct ActivationBlock {
 // _mm256_round_ps(_MM_ROUND_NEAREST).
 void quantize_activations(const float* x, int64_t n_elems, ActivationBlock* blocks);
 
-// 256 activation values quantized for the K-quant products, as ggml's Q8_K keeps them: the values,
-// one fp32 scale d = max|x| / 127 (not rounded through fp16), and the exact sum of each 16 values
-// (what the minima of Q4_K/Q5_K and Q6_K's offset of 32 multiply).
+// 256 activation values quantized for the K-quant products in ggml's Q8_K layout: the values, one
+// fp32 scale d = max|x| / 127 (not rounded through fp16; ggml forms it as 1 / (-127 / max), which can
+// differ in the last bit), and the exact sum of each 16 values (what the minima of Q4_K/Q5_K and
+// Q6_K's offset of 32 multiply).
 struct SuperblockActivation {
   int8_t qs[256];
   float d;
   int16_t sums[16];
 };
 
-// x: [n_elems] (a multiple of 256) → blocks: [n_elems / 256], values rounded half to even.
+// x: [n_elems] (a multiple of 256) → blocks: [n_elems / 256], values rounded half to even; a block
+// whose max|x| is below 127 / FLT_MAX (so 127 / max would overflow) becomes all zeros, as an all-zero
+// one does (quantize_activations likewise).
 void quantize_superblock_activations(const float* x, int64_t n_elems, SuperblockActivation* blocks);
 
 }  // namespace tq

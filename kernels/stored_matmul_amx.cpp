@@ -177,10 +177,14 @@ void unpack_q6_k(const uint8_t* group, int64_t n_super, SuperblockRecord* rec) {
 template <bool kMinima>
 inline void accumulate_superblock(const SuperblockRecord& rec, const AmxActivationSuperblock& act,
                                   const int32_t (*lo)[kRows], const int32_t (*hi)[kRows], __m512* acc) {
-  const __m512 d = _mm512_load_ps(rec.d), dmin = _mm512_load_ps(rec.dmin);
-  __m512i min_pairs[4];
+  const __m512 d = _mm512_load_ps(rec.d);
+  __m512 dmin = _mm512_setzero_ps();
+  __m512i min_pairs[4] = {};  // Q6_K's records leave dmin and min_pairs unwritten
+  if constexpr (kMinima) {
+    dmin = _mm512_load_ps(rec.dmin);
 #pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p) min_pairs[p] = _mm512_load_si512(rec.min_pairs[p]);
+    for (int p = 0; p < 4; ++p) min_pairs[p] = _mm512_load_si512(rec.min_pairs[p]);
+  }
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxTokens; ++t) {
     const __m512i isum = _mm512_add_epi32(_mm512_load_si512(lo[t]), _mm512_slli_epi32(_mm512_load_si512(hi[t]), 8));

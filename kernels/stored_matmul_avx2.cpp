@@ -409,7 +409,7 @@ bool quantize_activations_avx2(const float* x, int64_t n_elems, ActivationBlock*
     float amax = 0;
     for (float e : m) amax = e > amax ? e : amax;  // a maximum: the order does not matter
     const float d = amax / 127.0f;
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m256 id = _mm256_set1_ps(127.0f / amax <= 3.40282347e38f ? 127.0f / amax : 0.0f);
     __m256i q[4];
     __m256i sum = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
@@ -444,7 +444,7 @@ bool quantize_superblock_activations_avx2(const float* x, int64_t n_elems, Super
     _mm256_storeu_ps(m, magnitude);
     float amax = 0;
     for (float e : m) amax = e > amax ? e : amax;  // a maximum: the order does not matter
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m256 id = _mm256_set1_ps(127.0f / amax <= 3.40282347e38f ? 127.0f / amax : 0.0f);
     for (int r = 0; r < 16; ++r) {
       const __m256i q0 = _mm256_cvtps_epi32(
           _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 16 * r), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

@@ -344,7 +344,7 @@ bool quantize_superblock_activations_avx512(const float* x, int64_t n_elems, Sup
     }
     if (finite != 0xFFFF) return false;
     const float amax = _mm512_reduce_max_ps(magnitude);  // a maximum: the order does not matter
-    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512 id = _mm512_set1_ps(127.0f / amax <= 3.40282347e38f ? 127.0f / amax : 0.0f);
     for (int r = 0; r < 16; ++r) {
       // Rounded half to even (the default rounding mode), as nearbyint; |q| <= 127, so the narrowing is exact.
       const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 16 * r), id));

@@ -91,10 +91,12 @@ TEST(QuantizeActivations, Avx2EqualsScalar) {
     x[i] = block >= 16 && block < 24 ? static_cast<float>(static_cast<int>(normal(rng) * 40)) / 2 : normal(rng) * magnitude;
   }
   for (int j = 0; j < 32; ++j) x[24 * 32 + j] = 0.0f;
+  for (int j = 0; j < 32; ++j) x[26 * 32 + j] = normal(rng) * 1e-38f;  // 127 / max overflows: all zeros
   x[25 * 32] = 127.0f;  // exact ties: v·127/127 = k + 0.5
   for (int j = 1; j < 32; ++j) x[25 * 32 + j] = j + 0.5f;
   std::vector<ActivationBlock> scalar(64), simd(64);
   quantize_activations(x.data(), static_cast<int64_t>(x.size()), scalar.data());
+  for (int8_t q : scalar[26].qs) ASSERT_EQ(q, 0);
   ASSERT_TRUE(quantize_activations_avx2(x.data(), static_cast<int64_t>(x.size()), simd.data()));
   for (int b = 0; b < 64; ++b) {
     EXPECT_EQ(simd[b].d, scalar[b].d) << "block " << b;
@@ -146,7 +148,7 @@ TEST(QuantizeSuperblockActivations, Avx2EqualsScalar) {
   std::vector<float> x(256 * 8);
   for (size_t i = 0; i < x.size(); ++i) {
     const int block = static_cast<int>(i / 256);
-    const float magnitude = block == 0 ? 1e-30f : block == 1 ? 1e6f : 1.0f;
+    const float magnitude = block == 0 ? 1e-30f : block == 1 ? 1e6f : block == 5 ? 1e-38f : 1.0f;
     x[i] = block == 2 ? static_cast<float>(static_cast<int>(normal(rng) * 40)) / 2 : normal(rng) * magnitude;
   }
   for (int j = 0; j < 256; ++j) x[3 * 256 + j] = 0.0f;
@@ -154,6 +156,9 @@ TEST(QuantizeSuperblockActivations, Avx2EqualsScalar) {
   for (int j = 1; j < 256; ++j) x[4 * 256 + j] = static_cast<float>(j % 127) + 0.5f - (j % 2 ? 0.0f : 127.0f);
   std::vector<SuperblockActivation> scalar(8), simd(8);
   quantize_superblock_activations(x.data(), static_cast<int64_t>(x.size()), scalar.data());
+  // Block 5's max|x| is below 127 / FLT_MAX: 127 / max would be infinite, so the block is all zeros.
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(scalar[5].qs[i], 0) << i;
+  for (int16_t sum : scalar[5].sums) ASSERT_EQ(sum, 0);
   using Quantizer = bool (*)(const float*, int64_t, SuperblockActivation*);
   std::vector<std::pair<const char*, Quantizer>> kernels = {{"AVX2", quantize_superblock_activations_avx2}};
   if (stored_matmul_avx512_available()) kernels.push_back({"AVX-512", quantize_superblock_activations_avx512});
@@ -359,6 +364,40 @@ TEST(StoredLinear, AmxTilesEqualVnni) {
     linear_interleaved16_k_avx512_groups(t, act.data(), n, n_super, grouped.data(), out, bias.data(), vnni.data(), 0,
                                          3);
     for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(tiles[i], vnni[i]) << dtype_traits(t).name << " element " << i;
+  }
+}
+
+// Interleaved Q4_K, Q6_K and Q8_0 products of one input in one call (the K-quants sharing the
+// super-block activations and, at 16+ tokens on AMX, their packed tiles; Q8_0 its block sums):
+// each output is what the product alone gives.
+TEST(StoredLinear, InterleavedProductsTogetherEqualEachAlone) {
+  std::mt19937 rng(90);
+  const int64_t in = 512;
+  const std::vector<std::pair<DType, int64_t>> shapes = {{DType::Q4_K, 37}, {DType::Q6_K, 21}, {DType::Q8_0, 24}};
+  std::vector<LargeBytes> grouped;
+  std::vector<int> group_rows;
+  for (const auto& [t, out] : shapes) {
+    group_rows.push_back(interleaved_group_rows(t));
+    if (group_rows.back() == 0) GTEST_SKIP() << "no interleaved kernel for " << dtype_traits(t).name << " here";
+    const std::vector<uint8_t> rows = random_rows(t, out, in, rng);
+    grouped.push_back(interleave_rows(t, rows.data(), out, in, group_rows.back()));
+  }
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int64_t n : {1, 5, 35}) {
+    std::vector<float> x(n * in);
+    for (float& v : x) v = normal(rng);
+    std::vector<std::vector<float>> together(shapes.size()), alone(shapes.size());
+    std::vector<StoredProduct> products;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& [t, out] = shapes[i];
+      together[i].assign(n * out, -1.0f);
+      alone[i].assign(n * out, -2.0f);
+      products.push_back({t, grouped[i].data(), out, nullptr, together[i].data(), group_rows[i]});
+      const StoredProduct one{t, grouped[i].data(), out, nullptr, alone[i].data(), group_rows[i]};
+      linear_stored_many(x.data(), n, in, &one, 1);
+    }
+    linear_stored_many(x.data(), n, in, products.data(), static_cast<int>(products.size()));
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "product " << i << ", n " << n;
   }
 }
 
