@@ -1,6 +1,6 @@
 // Pieces of a K-quant group slice (kernels/interleaved_rows.h) shared by the VNNI kernel
 // (stored_matmul_avx512.cpp) and the AMX one (stored_matmul_amx.cpp), which must form the same
-// scales and values bit for bit. Include only from files compiled with AVX-512 (F, BW); everything
+// values bit for bit. Include only from files compiled with AVX-512 (F, BW); everything
 // here has internal linkage, so no copy compiled with other flags can be picked by the linker.
 #pragma once
 #include <immintrin.h>
@@ -9,14 +9,6 @@
 
 namespace tq {
 namespace {
-
-// 16 bytes (one per row) as fp32: unsigned (Q4_K's 6-bit scales and mins) or signed (Q6_K's scales).
-inline __m512 bytes_as_float(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 int8s_as_float(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
 
 // A Q6_K slice's (its 26·16 bytes, scales first) values 4k..4k+3 (*low) and 16+4k..16+4k+3 (*high) of
 // each of the 16 rows, stored q + 32 (0..63): four bits from nibble chunk k, two from a top-bits chunk.
