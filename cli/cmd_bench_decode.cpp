@@ -73,6 +73,7 @@ int run_bench_decode(const BenchDecodeFlags& f) {
   std::vector<TokenId> ids(total);  // [total]: the sequence every mode runs
   for (TokenId& id : ids) id = pick(rng);
 
+  attach_device(f.model, model);  // the weights go to the GPU once, for every mode
   nlohmann::json rows = nlohmann::json::array();
   std::vector<float> logits;
   for (const std::string& mode : modes) {
@@ -85,6 +86,7 @@ int run_bench_decode(const BenchDecodeFlags& f) {
     auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
                             (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);
     cache->prefault();  // resident before timing, as the server makes it (engine/kv_budget.cpp)
+    model.prepare_cache(*cache);
     BlockPool pool(*cache);
     ScopedBlockTable sequence(pool);
     if (!sequence.allocate(total)) fail("bench decode: the KV cache cannot hold {} tokens", total);
@@ -129,7 +131,8 @@ int run_bench_decode(const BenchDecodeFlags& f) {
       rows.push_back(row);
     }
   }
-  if (f.json) std::printf("%s\n", nlohmann::json{{"model", m.path}, {"rows", rows}}.dump().c_str());
+  if (f.json)
+    std::printf("%s\n", nlohmann::json{{"model", m.path}, {"device", model.describe_device()}, {"rows", rows}}.dump().c_str());
   return 0;
 }
 
@@ -140,6 +143,7 @@ void add_bench_decode(CLI::App* bench, std::function<int()>& action) {
   f->cache.log_cache = false;
   CLI::App* cmd = bench->add_subcommand("decode", "prefill and decode speed of one sequence at several contexts, per KV mode");
   add_model_options(cmd, f->model);
+  add_device_option(cmd, f->model);
   add_cache_options(cmd, f->cache);
   cmd->add_option("--modes", f->modes, "KV cache modes to run, comma-separated (overrides --kv-cache-dtype)")
       ->capture_default_str();

@@ -83,6 +83,7 @@ void register_chat(CLI::App& app, std::function<int()>& action) {
   auto flags = std::make_shared<ChatFlags>();
   CLI::App* cmd = app.add_subcommand("chat", "interactive chat using the model's chat template");
   add_model_options(cmd, flags->model);
+  add_device_option(cmd, flags->model);
   add_cache_options(cmd, flags->cache);
   add_sampling_flags(cmd, flags->sampling, 512);
   cmd->add_option("--system", flags->system, "system message");

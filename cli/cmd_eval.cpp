@@ -171,6 +171,14 @@ struct KlFlags {
 
 int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 
+// Whether to write the plot at `path` ('' for none); a TQ_SLIM build has no PNG plots and says so.
+bool want_plot(const std::string& path) {
+  if (path.empty()) return false;
+  if (png_plots_available()) return true;
+  std::fprintf(stderr, "tqserve: no plot written to %s: this build has no PNG plots (TQ_SLIM)\n", path.c_str());
+  return false;
+}
+
 // Modes differ only in dtypes, so they share one calibration (computed at the first mode that
 // needs it).
 CacheFactory factory(const CacheOptions& base, Session& s) {
@@ -248,7 +256,8 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
                           {"top1", m.top1}, {"ppl", m.ppl}, {"ppl_ref", m.ppl_ref}, {"windows", m.windows}});
     chart.series.push_back({m.mode, {m.bits_per_element}, {m.kld_mean}, false});
   }
-  if (!f.plot.empty()) write_line_chart_png(chart, f.plot);
+  const bool plot = want_plot(f.plot);
+  if (plot) write_line_chart_png(chart, f.plot);
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -261,7 +270,7 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
     std::printf("%-22s %9.3f %11zu %10.5f %10.5f %10.5f %7.2f%% %9.4f %+9.4f\n", m.mode.c_str(), m.bits_per_element,
                 m.kv_bytes_per_token, m.kld_mean, m.kld_median, m.kld_p99, 100 * m.top1, m.ppl, m.ppl - m.ppl_ref);
   if (!r.modes.empty()) std::printf("reference perplexity %.4f\n", r.modes[0].ppl_ref);
-  if (!f.plot.empty()) std::printf("plot: %s\n", f.plot.c_str());
+  if (plot) std::printf("plot: %s\n", f.plot.c_str());
   return 0;
 }
 
@@ -294,6 +303,7 @@ int run_niah_cmd(NiahFlags& f) {
   auto session = open_session(f.model, f.cache);
   Session& s = *session;
   if (!s.model.tokenizer) fail("eval niah needs the model's tokenizer");
+  const bool plot = want_plot(f.plot);
   const auto modes = split_list(f.modes);
   if (modes.empty()) fail("--kv-cache-dtype lists no mode");
   const auto results = run_niah(*s.transformer, *s.model.tokenizer, s.model.stop_ids, read_texts(f.text_files), modes,
@@ -305,7 +315,7 @@ int run_niah_cmd(NiahFlags& f) {
     for (const auto& c : r.cells)
       cells.push_back({{"ctx", c.ctx}, {"depth", c.depth}, {"found", c.found}, {"answer", c.answer}});
     j["modes"].push_back({{"mode", r.mode}, {"accuracy", r.accuracy}, {"cells", cells}});
-    if (!f.plot.empty()) {
+    if (plot) {
       HeatMap map{"needle found (" + r.mode + ")", "context length", "depth", {}, {}, {}};
       for (int c : o.contexts) map.x_ticks.push_back(std::to_string(c));
       for (int d = 0; d < o.depths; ++d) {
@@ -338,7 +348,7 @@ int run_niah_cmd(NiahFlags& f) {
     }
     std::printf(" %8.1f%%\n", 100 * r.accuracy);
   }
-  if (!f.plot.empty()) std::printf("heat maps: %s_<mode>.png\n", f.plot.c_str());
+  if (plot) std::printf("heat maps: %s_<mode>.png\n", f.plot.c_str());
   return 0;
 }
 
@@ -359,6 +369,7 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   auto k = std::make_shared<KlFlags>();
   CLI::App* kl = eval->add_subcommand("kl", "KL divergence, top-1 agreement and perplexity per KV mode");
   add_model_options(kl, k->model);
+  add_device_option(kl, k->model);
   add_cache_options(kl, k->cache);
   kl->get_option("--kv-cache-dtype")->description("comma-separated modes to compare (a mode: DTYPE or KDTYPE/VDTYPE)");
   k->cache.kv_cache_dtype = k->modes;
@@ -386,6 +397,7 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   auto n = std::make_shared<NiahFlags>();
   CLI::App* niah = eval->add_subcommand("niah", "needle-in-a-haystack retrieval per KV mode, context and depth");
   add_model_options(niah, n->model);
+  add_device_option(niah, n->model);
   add_cache_options(niah, n->cache);
   niah->get_option("--kv-cache-dtype")->description("comma-separated modes to compare (a mode: DTYPE or KDTYPE/VDTYPE)");
   n->cache.kv_cache_dtype = n->modes;

@@ -107,6 +107,7 @@ void register_generate(CLI::App& app, std::function<int()>& action) {
   auto flags = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
   add_model_options(cmd, flags->model);
+  add_device_option(cmd, flags->model);
   add_cache_options(cmd, flags->cache);
   add_sampling_flags(cmd, flags->sampling, 128);
   cmd->add_option("-p,--prompt", flags->prompt, "prompt text");

@@ -106,6 +106,7 @@ int run_serve(ServeFlags& f) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 128 * 1024);
 #endif
+  require_device(f.model);  // before the port is bound
   if (pipe(g_signal_pipe) != 0) fail("cannot create the signal pipe");
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -223,6 +224,7 @@ int run_serve(ServeFlags& f) {
         },
         &retries);
     for (const std::string& line : retries) std::fprintf(stderr, "tqserve: %s\n", line.c_str());
+    attach_device(f.model, *session->transformer, cache.get());
     const int tokens = cache->num_blocks() * shape.block_size;
     std::fprintf(stderr, "%s; max concurrency for %d-token requests: %.2fx\n", describe_cache(*cache).c_str(),
                  session->max_model_len, double(tokens) / session->max_model_len);
@@ -276,6 +278,7 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   cmd->add_option("model_path", f->model_positional, "GGUF file or Hugging Face folder (same as --model)");
   add_model_options(cmd, f->model);
+  add_device_option(cmd, f->model);
   add_cache_options(cmd, f->cache);
   cmd->add_option("--host", f->server.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", f->server.port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

@@ -1,6 +1,8 @@
 #include "cli/session.h"
 
+#ifdef TQ_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 #include <omp.h>
 #include <unistd.h>
 
@@ -26,6 +28,22 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_flag("--no-repack", o.no_repack,
                 "keep Q4_1, Q8_0, Q4_K and Q6_K matrices in the file's row layout instead of regrouping them 16 "
                 "(AVX-512 VNNI) or 8 (AVX2, Q4_1) rows at a time for the GEMV (same results; for comparing the kernels)");
+}
+
+void add_device_option(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("--device", o.device,
+                  "where the forward pass runs: cpu, or cuda (the first NVIDIA GPU; weights and the f16/f32 KV "
+                  "cache on the device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+void attach_device(const ModelOptions& o, Transformer& model, const KvCache* cache) {
+  const ComputeDevice device = parse_compute_device(o.device);
+  if (device == ComputeDevice::Cpu) return;
+  model.use_device(device);
+  if (cache) model.prepare_cache(*cache);
+  std::fprintf(stderr, "tqserve: %s\n", model.describe_device().c_str());
 }
 
 void add_cache_options(CLI::App* cmd, CacheOptions& o) {
@@ -91,7 +109,9 @@ void add_cache_options(CLI::App* cmd, CacheOptions& o) {
 void apply_threads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   omp_set_num_threads(threads);
+#ifdef TQ_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
+#endif
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -103,7 +123,15 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+void require_device(const ModelOptions& o) {
+  if (const std::string why = compute_device_unavailable(parse_compute_device(o.device)); !why.empty()) {
+    std::fprintf(stderr, "tqserve: --device %s: %s\n", o.device.c_str(), why.c_str());
+    std::exit(2);
+  }
+}
+
 LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights) {
+  require_device(o);
   apply_threads(o.threads);
   const std::string path = o.model.empty() ? find_default_model() : o.model;
   const bool tty = isatty(STDERR_FILENO);
@@ -330,6 +358,7 @@ std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions
   std::optional<KvCalibration> calibration;
   const KvCacheShape shape = resolve_cache_shape(co, c, *s.transformer, s.model.tokenizer.get(), &calibration);
   s.cache = make_cache(co, shape, blocks, *s.transformer, s.model.tokenizer.get(), &calibration);
+  attach_device(mo, *s.transformer, s.cache.get());
   if (co.log_cache) std::fprintf(stderr, "%s\n", describe_cache(*s.cache).c_str());
   return session;
 }

@@ -21,6 +21,7 @@ struct ModelOptions {
   int threads = 0;    // 0: all cores
   bool dequantize_weights = false;
   bool no_repack = false;  // keep Q4_1/Q8_0 rows as the file stores them (LoadOptions::interleave_weights)
+  std::string device = "cpu";  // --device: cpu or cuda (model/device_forward.h)
 };
 
 struct CacheOptions {
@@ -49,6 +50,11 @@ struct CacheOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o);
+// --device cpu|cuda, for the commands that run the model (generate, chat, serve, bench decode, eval).
+void add_device_option(CLI::App* cmd, ModelOptions& o);
+// With --device cuda: loads the weights onto the GPU, makes its pages for `cache` when given
+// (which fails now, naming the mode, for a cache the GPU does not store yet), and prints the device.
+void attach_device(const ModelOptions& o, Transformer& model, const KvCache* cache = nullptr);
 void add_cache_options(CLI::App* cmd, CacheOptions& o);
 
 // The cache layout and quantizer settings the flags ask for; fails with the valid choices. For
@@ -81,7 +87,11 @@ void apply_threads(int threads);
 // The non-empty items of a comma-separated flag value ("f16,,tq4" -> f16, tq4).
 std::vector<std::string> split_list(const std::string& text);
 
-// Loads the model (progress bar on a terminal when it takes a moment).
+// With --device cuda on a machine without a usable GPU (or a build without CUDA): prints one line
+// saying so and exits with status 2.
+void require_device(const ModelOptions& o);
+
+// Loads the model (progress bar on a terminal when it takes a moment), after require_device().
 LoadedModel load_model_for_cli(const ModelOptions& o, bool with_weights = true);
 
 struct Session {

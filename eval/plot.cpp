@@ -1,5 +1,8 @@
 #include "eval/plot.h"
 
+#include "errors/error.h"
+
+#ifdef TQ_HAVE_GD
 #include <gd.h>
 #include <gdfontmb.h>
 #include <gdfonts.h>
@@ -14,6 +17,9 @@
 #include "errors/error.h"
 
 namespace tq {
+
+bool png_plots_available() { return true; }
+
 namespace {
 
 constexpr int kWidth = 900, kHeight = 560;
@@ -147,3 +153,17 @@ void write_heat_map_png(const HeatMap& map, const std::string& path) {
 }
 
 }  // namespace tq
+#else  // TQ_SLIM: no libgd
+
+namespace tq {
+
+bool png_plots_available() { return false; }
+void write_line_chart_png(const LineChart&, const std::string& path) {
+  fail("cannot write {}: this build has no PNG plots (configured with TQ_SLIM)", path);
+}
+void write_heat_map_png(const HeatMap&, const std::string& path) {
+  fail("cannot write {}: this build has no PNG plots (configured with TQ_SLIM)", path);
+}
+
+}  // namespace tq
+#endif

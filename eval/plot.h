@@ -18,6 +18,9 @@ struct LineChart {
   bool log_y = false;  // log10 axis for y (values <= 0 are skipped)
 };
 
+// False in a TQ_SLIM build (no libgd): the writers below then fail saying so.
+bool png_plots_available();
+
 // Writes the chart as a PNG; fails naming the path when it cannot be written.
 void write_line_chart_png(const LineChart& chart, const std::string& path);
 

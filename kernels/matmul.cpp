@@ -1,6 +1,8 @@
 #include "kernels/matmul.h"
 
+#ifdef TQ_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -139,6 +141,7 @@ void linear_reference_order(const float* x, int64_t n, int64_t in, const float* 
   linear_invariant_scalar(x, n, in, w, out, bias, y);
 }
 
+#ifdef TQ_HAVE_OPENBLAS
 void linear_openblas(const float* x, int64_t n, int64_t in, const float* w, int64_t out, const float* bias, float* y) {
   if (n == 1) {
     // y[out] = W[out, in] · x[in]
@@ -157,5 +160,6 @@ void linear_openblas(const float* x, int64_t n, int64_t in, const float* w, int6
     }
   }
 }
+#endif
 
 }  // namespace tq

@@ -17,7 +17,7 @@ void linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
 // The same arithmetic in plain C++ (std::fma lanes): the reference the SIMD kernel is tested to.
 void linear_reference_order(const float* x, int64_t n, int64_t in, const float* w, int64_t out, const float* bias,
                             float* y);
-// OpenBLAS: faster for large batches, but not batch-invariant.
+// OpenBLAS: faster for large batches, but not batch-invariant. Not in a TQ_SLIM build.
 void linear_openblas(const float* x, int64_t n, int64_t in, const float* w, int64_t out, const float* bias, float* y);
 
 }  // namespace tq

@@ -43,6 +43,11 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
   }
   for (TokenId id : batch.tokens)
     if (!token_id_in_vocab(id, vocab)) fail("{}", token_id_outside_vocab("token id", id, vocab));
+  if (device_forward_) {
+    if (observer_ || layer_input_observer_) fail("observers of the forward pass run on the CPU only (--device cpu)");
+    device_forward_->forward(batch, cache, logits);
+    return;
+  }
   buf_.reserve(config_, T);
 
   for (int t = 0; t < T; ++t)  // x = embedding[token]
@@ -53,6 +58,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& cache, std::vector
 void Transformer::forward_from(int first_layer, const float* x, const ForwardBatch& batch, KvCache& cache,
                                std::vector<float>& logits) {
   const int T = batch.size();
+  if (device_forward_) fail("forward_from runs on the CPU only (--device cpu)");
   if (first_layer < 0 || first_layer >= config_.num_layers)
     fail("forward_from: layer {} is not one of the model's {}", first_layer, config_.num_layers);
   if (T == 0) {
@@ -63,6 +69,17 @@ void Transformer::forward_from(int first_layer, const float* x, const ForwardBat
   std::copy_n(x, size_t(T) * config_.hidden_size, buf_.x.data());
   run_layers(first_layer, batch, cache, logits);
 }
+
+void Transformer::use_device(ComputeDevice device) {
+  device_forward_.reset();  // the old device's weights go before the new one's come
+  device_forward_ = make_device_forward(device, config_, weights_, rope_inv_freq_);
+}
+
+void Transformer::prepare_cache(const KvCache& cache) {
+  if (device_forward_) device_forward_->bind(cache);
+}
+
+std::string Transformer::describe_device() const { return device_forward_ ? device_forward_->describe() : "cpu"; }
 
 void Transformer::run_layers(int first_layer, const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits) {
   const int T = batch.size();

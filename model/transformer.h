@@ -5,11 +5,14 @@
 // (unless KvQuantOptions::exact_chunk_rows asks for a chunk's own rows unquantized).
 #pragma once
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache.h"
 #include "memory/huge_pages.h"
 #include "model/config.h"
+#include "model/device_forward.h"
 #include "model/forward_batch.h"
 #include "model/weights.h"
 
@@ -80,6 +83,17 @@ class Transformer {
   // Calls `observer` in every layer of every later forward() (empty: none).
   void set_attention_observer(AttentionObserver observer) { observer_ = std::move(observer); }
 
+  // Runs every later forward() on `device` (model/device_forward.h) instead of the CPU: the
+  // weights are loaded onto it now. Cpu: back to the CPU path. Observers and forward_from() are
+  // CPU-only and fail while another device is set.
+  void use_device(ComputeDevice device);
+  // Makes the device's pages for `cache` now (a device forward otherwise does it at the first
+  // forward() with it), failing for a cache the device cannot store; nothing on the CPU.
+  void prepare_cache(const KvCache& cache);
+  ComputeDevice device() const { return device_forward_ ? ComputeDevice::Cuda : ComputeDevice::Cpu; }
+  // "cpu" or the device's own description (DeviceForward::describe).
+  std::string describe_device() const;
+
  private:
   const ModelConfig& config_;
   const ModelWeights& weights_;
@@ -87,6 +101,7 @@ class Transformer {
   ForwardBuffers buf_;
   AttentionObserver observer_;
   std::function<void(int layer, int n_tokens, const float* x)> layer_input_observer_;
+  std::unique_ptr<DeviceForward> device_forward_;
 
   void run_layers(int first_layer, const ForwardBatch& batch, KvCache& cache, std::vector<float>& logits);
 };

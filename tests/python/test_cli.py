@@ -205,3 +205,20 @@ def test_serve_refuses_a_bad_chat_template_at_startup(tqserve, stories260k, tmp_
                           (empty, "is empty")):
         proc = tqserve("serve", "--model", stories260k, "--port", "0", "--chat-template", value, check=False, timeout=60)
         assert proc.returncode != 0 and reason in proc.stderr, proc.stderr
+
+
+def test_device_cuda_without_a_gpu_exits_2_with_one_line(tqserve, stories260k):
+    import os
+    import pytest
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("this machine has an NVIDIA GPU: --device cuda may run here")
+    for args in (["generate", "--model", stories260k, "--prompt-ids", "1", "--max-tokens", "2"],
+                 ["bench", "decode", "--model", stories260k, "--contexts", "16", "--new-tokens", "1"],
+                 ["serve", "--model", stories260k, "--port", "0"],
+                 ["eval", "kl", "--model", stories260k, "--text-file", "/dev/null"]):
+        proc = tqserve(*args, "--device", "cuda", check=False)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--device cuda" in lines[0], (args, proc.stderr)
+    proc = tqserve("generate", "--model", stories260k, "--prompt-ids", "1", "--device", "tpu", check=False)
+    assert proc.returncode != 0 and "tpu" in proc.stderr

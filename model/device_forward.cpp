@@ -1,0 +1,39 @@
+#include "model/device_forward.h"
+
+#include "errors/error.h"
+#ifdef TQ_HAVE_CUDA
+#include "model/cuda/cuda_forward.h"
+#endif
+
+namespace tq {
+
+ComputeDevice parse_compute_device(const std::string& name) {
+  if (name == "cpu") return ComputeDevice::Cpu;
+  if (name == "cuda") return ComputeDevice::Cuda;
+  fail("unknown device '{}' (choices: cpu, cuda)", name);
+}
+
+const char* compute_device_name(ComputeDevice device) { return device == ComputeDevice::Cuda ? "cuda" : "cpu"; }
+
+std::string compute_device_unavailable(ComputeDevice device) {
+  if (device == ComputeDevice::Cpu) return {};
+#ifdef TQ_HAVE_CUDA
+  return cuda_unavailable();
+#else
+  return "this build has no CUDA backend (configure with -DTQ_CUDA=ON where nvcc is installed)";
+#endif
+}
+
+std::unique_ptr<DeviceForward> make_device_forward(ComputeDevice device, const ModelConfig& config,
+                                                   const ModelWeights& weights,
+                                                   const std::vector<float>& rope_inv_freq) {
+  if (device == ComputeDevice::Cpu) return nullptr;
+  if (const std::string why = compute_device_unavailable(device); !why.empty()) fail("--device cuda: {}", why);
+#ifdef TQ_HAVE_CUDA
+  return make_cuda_forward(config, weights, rope_inv_freq);
+#else
+  return nullptr;  // unreachable: compute_device_unavailable() said why above
+#endif
+}
+
+}  // namespace tq
