@@ -5,6 +5,7 @@
 #   lib/   the shared libraries they need beyond glibc, libstdc++ and cuBLAS (which the machine has:
 #          scripts/device_check.sh finds cuBLAS in its CUDA toolkit or python packages)
 #   testdata/stories260K   the small test model (the SmolLM2 GGUF is 98 MB and cannot travel)
+#   testdata/qwen2-tokenizer   the tokenizer the Qwen3-shaped timing model is served with
 # Then: device run with carry ["build/device-bundle"], command `bash scripts/device_check.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +31,14 @@ ldd "$BUNDLE"/bin/* | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | while read
   [[ $name =~ $system ]] && continue
   cp -L "$lib" "$BUNDLE/lib/$name"
 done
-if [[ -f $TESTDATA/stories260K/stories260K.gguf ]]; then
-  mkdir -p "$BUNDLE/testdata/stories260K"
-  cp "$TESTDATA/stories260K/"* "$BUNDLE/testdata/stories260K/"
-else
-  echo "device_bundle: no $TESTDATA/stories260K: the bundle goes without it (its tests will skip)" >&2
-fi
+for data in stories260K qwen2-tokenizer; do
+  if [[ -d $TESTDATA/$data ]]; then
+    mkdir -p "$BUNDLE/testdata/$data"
+    cp "$TESTDATA/$data/"* "$BUNDLE/testdata/$data/"
+  else
+    echo "device_bundle: no $TESTDATA/$data: the bundle goes without it (what needs it will skip)" >&2
+  fi
+done
 size_mib=$(du -sm "$BUNDLE" | cut -f1)
 echo "device_bundle: $BUNDLE, ${size_mib} MiB ($(ls "$BUNDLE/lib" | wc -l) libraries)"
 if ((size_mib > LIMIT_MIB)); then

@@ -5,6 +5,7 @@
 # random bf16 weights made there with torch. Full outputs under $OUT; one JSON line printed last.
 # Meant to finish in under 8 minutes; every stage has its own time limit and reports what it got.
 # $OUT gets 7 files (the device tool returns at most 8).
+# (gpu.txt, cuda_tests.json, cuda_tests.log, attention.log, torch.log, decode.log, serve.log)
 #   device run: command "bash scripts/device_check.sh", carry ["build/device-bundle"], timeout_s 540
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,10 +70,28 @@ cat "$OUT/torch.log" >&2
 
 log "end to end: $MODEL shape, random bf16 weights"
 model_dir=/tmp/tq-$MODEL
-timeout 150 python3 bench/make_hf_model "$MODEL" "$model_dir" >"$OUT/make_model.log" 2>&1 || log "make_hf_model failed"
+timeout 150 python3 bench/make_hf_model "$MODEL" "$model_dir" --tokenizer "$BUNDLE/testdata/qwen2-tokenizer" \
+  >"$OUT/decode.log" 2>&1 || log "make_hf_model failed"
 bundled timeout 240 "$BUNDLE/bin/tqserve" bench decode -m "$model_dir" --device cuda --modes f16 \
-  --contexts 512,4096 --new-tokens 32 --json >"$OUT/decode.log" 2>&1
+  --contexts 512,4096 --new-tokens 32 --json >>"$OUT/decode.log" 2>&1
 cat "$OUT/decode.log" >&2
+
+log "serving: concurrency 64, 512-token prompts, 128-token outputs"
+port=18731
+bundled "$BUNDLE/bin/tqserve" serve -m "$model_dir" --device cuda --port "$port" --kv-cache-memory 24GiB \
+  >"$OUT/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 120); do
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 "$server" 2>/dev/null || break
+  sleep 1
+done
+bundled timeout 150 "$BUNDLE/bin/tqserve" bench serve --url "http://127.0.0.1:$port" --num-prompts 128 \
+  --concurrency 64 --input-len 512 --output-len 128 --json >>"$OUT/serve.log" 2>&1
+kill "$server" 2>/dev/null
+wait "$server" 2>/dev/null
+tail -5 "$OUT/serve.log" >&2
 
 python3 - "$OUT" "$tests_rc" "$model_dir" <<'PY'
 import json, os, sys
@@ -94,6 +113,8 @@ except (OSError, ValueError, KeyError):
 summary["attention"] = lines("attention.log")
 summary["torch"] = lines("torch.log")
 decode = [r for r in lines("decode.log") if "rows" in r]
+serve = [r for r in lines("serve.log") if "output_throughput" in r or "output_tok_s" in r]
+summary["serve"] = serve[0] if serve else None
 summary["decode"] = decode[0]["rows"] if decode else None
 weights = os.path.getsize(os.path.join(model_dir, "model.safetensors")) if os.path.exists(os.path.join(model_dir, "model.safetensors")) else 0
 copy = [r["tb_s"] for r in summary["torch"] if r.get("bench") == "copy"]
