@@ -86,7 +86,7 @@ int run_bench_decode(const BenchDecodeFlags& f) {
     auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
                             (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);
     cache->prefault();  // resident before timing, as the server makes it (engine/kv_budget.cpp)
-    model.prepare_cache(*cache);
+    model.prepare_cache(*cache);  // the device's pages (--device cuda)
     BlockPool pool(*cache);
     ScopedBlockTable sequence(pool);
     if (!sequence.allocate(total)) fail("bench decode: the KV cache cannot hold {} tokens", total);

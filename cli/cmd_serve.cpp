@@ -181,6 +181,8 @@ int run_serve(ServeFlags& f) {
     if (!session->model.tokenizer) fail("{}: the model has no tokenizer; the server needs one", session->model.path);
     session->max_model_len = resolve_max_model_len(f.cache, c);
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
+    attach_device(f.model, *session->transformer);  // the weights first: the KV budget is what they leave
+    const DeviceForward::Memory device = session->transformer->device_memory();
 
     std::optional<KvCalibration> calibration;
     KvCacheShape shape = resolve_cache_shape(f.cache, c, *session->transformer, session->model.tokenizer.get(), &calibration);
@@ -193,6 +195,15 @@ int run_serve(ServeFlags& f) {
       fail("give --kv-cache-memory or --memory-utilization, not both");
     if (!f.kv_cache_memory.empty()) {
       sizing.budget_bytes = parse_byte_size(f.kv_cache_memory, "--kv-cache-memory");
+    } else if (device.total > 0) {
+      // On a GPU, as vLLM's --gpu-memory-utilization: this process may use the fraction of the
+      // device's memory (0.9 by default); what the weights and others use now is not KV.
+      const double fraction = f.memory_utilization > 0 ? f.memory_utilization : 0.9;
+      const double used = double(device.total - device.free), allowed = fraction * double(device.total);
+      if (allowed <= used)
+        fail("--memory-utilization {}: {:.1f} GiB of the device's {:.1f} GiB are in use already", fraction,
+             used / double(1ull << 30), double(device.total) / double(1ull << 30));
+      sizing.budget_bytes = size_t(allowed - used);
     } else if (f.memory_utilization > 0) {
       sizing.budget_bytes = size_t(f.memory_utilization * double(available_memory_bytes()));
     } else {
@@ -224,7 +235,7 @@ int run_serve(ServeFlags& f) {
         },
         &retries);
     for (const std::string& line : retries) std::fprintf(stderr, "tqserve: %s\n", line.c_str());
-    attach_device(f.model, *session->transformer, cache.get());
+    session->transformer->prepare_cache(*cache);
     const int tokens = cache->num_blocks() * shape.block_size;
     std::fprintf(stderr, "%s; max concurrency for %d-token requests: %.2fx\n", describe_cache(*cache).c_str(),
                  session->max_model_len, double(tokens) / session->max_model_len);
@@ -296,7 +307,7 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most 4 GiB)");
-  cmd->add_option("--memory-utilization", f->memory_utilization, "KV cache budget as a fraction of available memory")
+  cmd->add_option("--memory-utilization", f->memory_utilization, "KV cache budget as a fraction of available memory (with --device cuda: the fraction of the GPU's memory the process may use, weights included; default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-enable-prefix-caching", f->no_prefix_caching, "do not share cached prompt prefixes");
   cmd->add_option("--kv-events-endpoint", f->server.kv_events_endpoint,

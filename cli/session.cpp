@@ -38,11 +38,10 @@ void add_device_option(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
 }
 
-void attach_device(const ModelOptions& o, Transformer& model, const KvCache* cache) {
+void attach_device(const ModelOptions& o, Transformer& model) {
   const ComputeDevice device = parse_compute_device(o.device);
   if (device == ComputeDevice::Cpu) return;
   model.use_device(device);
-  if (cache) model.prepare_cache(*cache);
   std::fprintf(stderr, "tqserve: %s\n", model.describe_device().c_str());
 }
 
@@ -259,6 +258,8 @@ std::vector<TokenId> calibration_ids(const CacheOptions& o, const Tokenizer* tok
 std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& shape, int num_blocks,
                                     Transformer& model, const Tokenizer* tokenizer,
                                     std::optional<KvCalibration>* reuse) {
+  if (const std::string why = device_cache_unsupported(model.device(), shape); !why.empty())
+    fail("--device {}: {}", compute_device_name(model.device()), why);
   const KvQuantOptions q = quant_options_for(o);
   auto either = [&](auto pred) { return any_layer(shape, true, pred) || any_layer(shape, false, pred); };
   const bool split = either(kv_dtype_is_split);
@@ -290,13 +291,19 @@ std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& s
   const int k_bits = kv_dtype_tq_bits(shape.k_dtype).first, v_bits = kv_dtype_tq_bits(shape.v_dtype).first;
   if (kv_dtype_is_channel_bits(shape.k_dtype)) codings.k = channel_codings(cal.k_spectra, k_bits);
   if (kv_dtype_is_channel_bits(shape.v_dtype)) codings.v = channel_codings(cal.v_spectra, v_bits);
-  return std::make_unique<KvCache>(shape, num_blocks, q, cal.outliers, affine_maps, codings);
+  const KvPageHome home = model.device() == ComputeDevice::Cpu ? KvPageHome::Host : KvPageHome::Device;
+  return std::make_unique<KvCache>(shape, num_blocks, q, cal.outliers, affine_maps, codings, home);
 }
 
 KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Transformer& model,
                                  const Tokenizer* tokenizer, std::optional<KvCalibration>* reuse,
                                  std::optional<KvAutoMeasurement>* reuse_auto) {
+  if (model.device() != ComputeDevice::Cpu && o.kv_cache_dtype.rfind("auto", 0) == 0)
+    fail("--device {}: --kv-cache-dtype {} chooses among quantized formats, which the {} backend lacks so far",
+         compute_device_name(model.device()), o.kv_cache_dtype, compute_device_name(model.device()));
   KvCacheShape shape = cache_shape_for(o, c);
+  if (const std::string why = device_cache_unsupported(model.device(), shape); !why.empty())
+    fail("--device {}: {}", compute_device_name(model.device()), why);
   const std::optional<KvAutoTarget> target = parse_kv_auto(o.kv_cache_dtype);
   if (!target) return shape;
   std::optional<KvCalibration> local;
@@ -355,10 +362,11 @@ std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions
   s.max_model_len = resolve_max_model_len(co, c);
   const int blocks = (s.max_model_len + co.block_size - 1) / co.block_size;
   s.transformer = std::make_unique<Transformer>(s.model.config, s.model.weights);
+  attach_device(mo, *s.transformer);  // before the cache, whose rows then live on the device
   std::optional<KvCalibration> calibration;
   const KvCacheShape shape = resolve_cache_shape(co, c, *s.transformer, s.model.tokenizer.get(), &calibration);
   s.cache = make_cache(co, shape, blocks, *s.transformer, s.model.tokenizer.get(), &calibration);
-  attach_device(mo, *s.transformer, s.cache.get());
+  s.transformer->prepare_cache(*s.cache);
   if (co.log_cache) std::fprintf(stderr, "%s\n", describe_cache(*s.cache).c_str());
   return session;
 }

@@ -52,9 +52,9 @@ struct CacheOptions {
 void add_model_options(CLI::App* cmd, ModelOptions& o);
 // --device cpu|cuda, for the commands that run the model (generate, chat, serve, bench decode, eval).
 void add_device_option(CLI::App* cmd, ModelOptions& o);
-// With --device cuda: loads the weights onto the GPU, makes its pages for `cache` when given
-// (which fails now, naming the mode, for a cache the GPU does not store yet), and prints the device.
-void attach_device(const ModelOptions& o, Transformer& model, const KvCache* cache = nullptr);
+// With --device cuda: loads the weights onto the GPU and prints the device. Caches made for the
+// model afterwards (make_cache) keep their rows there; Transformer::prepare_cache makes the pages.
+void attach_device(const ModelOptions& o, Transformer& model);
 void add_cache_options(CLI::App* cmd, CacheOptions& o);
 
 // The cache layout and quantizer settings the flags ask for; fails with the valid choices. For

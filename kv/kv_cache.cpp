@@ -126,8 +126,9 @@ std::string KvCacheShape::describe() const {
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options,
-                 const OutlierPartition& outliers, const KvAffine& affine, const KvChannelCodings& channels)
-    : shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)) {
+                 const OutlierPartition& outliers, const KvAffine& affine, const KvChannelCodings& channels,
+                 KvPageHome home)
+    : home_(home), shape_(shape), options_(options), num_blocks_(checked_block_count(num_blocks)) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.block_size <= 0)
     fail("KV cache shape needs positive layers, KV heads and block size (got {}, {}, {})", shape.num_layers,
          shape.num_kv_heads, shape.block_size);
@@ -182,6 +183,7 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
   if (shape.windows.sink_tokens < 0 || shape.windows.recent_tokens < 0 || shape.windows.coded_last < 0)
     fail("KV windows: sink ({}) and recent ({}) token counts cannot be negative", shape.windows.sink_tokens,
          shape.windows.recent_tokens);
+  if (home_ == KvPageHome::Device) return;  // the device holds the rows
   k_arena_ = allocate_arena(k_bytes_);
   v_arena_ = allocate_arena(v_bytes_);
   if (window_bytes_ > 0) window_arena_ = allocate_arena(window_bytes_);
@@ -194,13 +196,19 @@ KvCache::KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions
   }
 }
 
+void KvCache::require_host_rows(const char* what) const {
+  if (home_ == KvPageHome::Device) fail("KvCache::{}: this cache's rows live on the device (--device cuda)", what);
+}
+
 void KvCache::prefault() {
+  if (home_ == KvPageHome::Device) return;
   std::memset(k_arena_.get(), 0, k_bytes_);
   std::memset(v_arena_.get(), 0, v_bytes_);
   if (window_arena_) std::memset(window_arena_.get(), 0, window_bytes_);
 }
 
 void KvCache::write(int layer, const BlockTable& table, int position, const float* k, const float* v) {
+  require_host_rows("write");
   const int block = table.blocks.at(position / shape_.block_size);
   const int offset = position % shape_.block_size;
   const KvRowCodec& kc = k_codecs_[layer];
@@ -225,6 +233,7 @@ void KvCache::write(int layer, const BlockTable& table, int position, const floa
 }
 
 void KvCache::read(int layer, const BlockTable& table, int position, float* k, float* v) const {
+  require_host_rows("read");
   const int block = table.blocks.at(position / shape_.block_size);
   const int offset = position % shape_.block_size;
   for (int h = 0; h < shape_.num_kv_heads; ++h) {
@@ -238,12 +247,14 @@ bool KvCache::layer_is_fp(int layer) const {
 }
 
 PagedRows KvCache::k_pages(int layer) const {
+  require_host_rows("k_pages");
   const SideLayout& s = k_layout_[layer];
   return PagedRows{k_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
                    k_codecs_[layer].row_format()};
 }
 
 PagedRows KvCache::v_pages(int layer) const {
+  require_host_rows("v_pages");
   const SideLayout& s = v_layout_[layer];
   return PagedRows{v_arena_.get() + s.offset, s.block_stride, s.head_stride, s.row_bytes,
                    v_codecs_[layer].row_format()};
@@ -254,6 +265,7 @@ PagedRows KvCache::v_pages(int layer) const {
 namespace tq {
 
 PagedRows KvCache::window_k_pages(int layer) const {
+  require_host_rows("window_k_pages");
   if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
   const SideLayout& s = k_window_layout_[layer];
   if (s.row_bytes == 0) return k_pages(layer);
@@ -262,6 +274,7 @@ PagedRows KvCache::window_k_pages(int layer) const {
 }
 
 PagedRows KvCache::window_v_pages(int layer) const {
+  require_host_rows("window_v_pages");
   if (!shape_.windows.any()) fail("KV cache: layer {} has no window rows (windows are off)", layer);
   const SideLayout& s = v_window_layout_[layer];
   if (s.row_bytes == 0) return v_pages(layer);

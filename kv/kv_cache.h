@@ -94,18 +94,28 @@ void kv_cache_inject_allocation_failures(int count, int after = 0);
 // Bytes of KV arenas currently allocated, over all caches (leak checks).
 size_t kv_cache_live_arena_bytes();
 
+// Where a cache's rows live: in this process's memory (the CPU forward writes and reads them), or
+// on a GPU (model/device_forward.h), whose pages mirror this cache's blocks while the block pool
+// and the block tables stay here; such a cache has the same shape, sizes and codecs but no host
+// arenas, and every row accessor below fails.
+enum class KvPageHome { Host, Device };
+
 class KvCache {
  public:
   // Throws tq::Error when the arenas cannot be allocated (message gives the size asked) or a
   // dtype cannot store this head_dim. `outliers` gives the split dtypes' channel orders.
   KvCache(const KvCacheShape& shape, int num_blocks, const KvQuantOptions& options = {},
-          const OutlierPartition& outliers = {}, const KvAffine& affine = {}, const KvChannelCodings& channels = {});
+          const OutlierPartition& outliers = {}, const KvAffine& affine = {}, const KvChannelCodings& channels = {},
+          KvPageHome home = KvPageHome::Host);
+
+  KvPageHome home() const { return home_; }
 
   const KvCacheShape& shape() const { return shape_; }
   const KvQuantOptions& options() const { return options_; }
   int num_blocks() const { return num_blocks_; }
   size_t total_bytes() const { return k_bytes_ + v_bytes_ + window_bytes_; }
-  // Writes every page of the arenas (zeros) so the whole cache is resident now. The arenas come
+  // Writes every page of the arenas (zeros) so the whole cache is resident now (nothing for a
+  // cache whose rows live on a device). The arenas come
   // from the allocator untouched, so without this the process grows page by page as blocks are
   // first used under load (and an over-committed budget fails late, by the OOM killer, instead
   // of at startup). The server calls it once after sizing the cache (engine/kv_budget.h).
@@ -135,6 +145,8 @@ class KvCache {
   const KvRowCodec& v_codec(int layer) const { return v_codecs_[layer]; }
 
  private:
+  // Fails naming `what` when the rows live on a device.
+  void require_host_rows(const char* what) const;
   // Where one side (K or V) of one layer lives in its arena.
   struct SideLayout {
     size_t offset = 0;        // of the layer in the arena
@@ -146,6 +158,7 @@ class KvCache {
     return arena + s.offset + block * s.block_stride + head * s.head_stride + offset * s.row_bytes;
   }
 
+  KvPageHome home_ = KvPageHome::Host;
   KvCacheShape shape_;
   KvQuantOptions options_;
   int num_blocks_;

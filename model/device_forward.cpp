@@ -24,6 +24,18 @@ std::string compute_device_unavailable(ComputeDevice device) {
 #endif
 }
 
+std::string device_cache_unsupported(ComputeDevice device, const KvCacheShape& shape) {
+  if (device == ComputeDevice::Cpu) return {};
+  for (int l = 0; l < shape.num_layers; ++l) {
+    const KvDtype k = shape.k_dtype_of(l), v = shape.v_dtype_of(l);
+    if (k != v || (k != KvDtype::F16 && k != KvDtype::F32))
+      return fmt::format("the KV cache of layer {} is {}/{}; the CUDA backend stores f16 or f32 K and V so far", l,
+                         kv_dtype_name(k), kv_dtype_name(v));
+  }
+  if (shape.windows.any()) return "KV windows are for quantized caches, which the CUDA backend lacks so far";
+  return {};
+}
+
 std::unique_ptr<DeviceForward> make_device_forward(ComputeDevice device, const ModelConfig& config,
                                                    const ModelWeights& weights,
                                                    const std::vector<float>& rope_inv_freq) {

@@ -24,6 +24,10 @@ const char* compute_device_name(ComputeDevice device);
 // backend ...", "no CUDA device: ...").
 std::string compute_device_unavailable(ComputeDevice device);
 
+// Empty when `device` can hold a cache of `shape`; otherwise one line naming what it cannot hold
+// (the CUDA backend keeps f16 or f32 K and V, without windows, so far).
+std::string device_cache_unsupported(ComputeDevice device, const KvCacheShape& shape);
+
 class DeviceForward {
  public:
   virtual ~DeviceForward() = default;
@@ -31,6 +35,11 @@ class DeviceForward {
   // block tables give, logits [batch.logit_rows.size(), vocab] to the host. `cache` is the host
   // cache whose shape and block ids the device's pages mirror.
   virtual void forward(const ForwardBatch& batch, const KvCache& cache, std::vector<float>& logits) = 0;
+  // The device's memory now (cudaMemGetInfo): what is free and what it has in all.
+  struct Memory {
+    size_t free = 0, total = 0;
+  };
+  virtual Memory memory() const = 0;
   // Makes (or keeps) the device's pages for `cache`; fails naming what the device cannot store.
   virtual void bind(const KvCache& cache) = 0;
   // "cuda: NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), weights 8.1 GiB (bf16)"

@@ -91,6 +91,8 @@ class Transformer {
   // forward() with it), failing for a cache the device cannot store; nothing on the CPU.
   void prepare_cache(const KvCache& cache);
   ComputeDevice device() const { return device_forward_ ? ComputeDevice::Cuda : ComputeDevice::Cpu; }
+  // The device's free and total memory (zeros on the CPU).
+  DeviceForward::Memory device_memory() const { return device_forward_ ? device_forward_->memory() : DeviceForward::Memory{}; }
   // "cpu" or the device's own description (DeviceForward::describe).
   std::string describe_device() const;
 

@@ -197,7 +197,8 @@ __global__ void attention_combine_kernel(TokenSlots slots, int n_q_heads, int d,
                                          const float* part_acc, const float* part_max, const float* part_sum,
                                          float* out) {
   const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-  const int parts = (slots.positions[t] + part_rows) / part_rows;  // ceil((position + 1) / part_rows)
+  // ceil((position + 1) / part_rows), never past the slots the launcher sized by max_ctx.
+  const int parts = min((slots.positions[t] + part_rows) / part_rows, max_parts);
   const int64_t first = int64_t(t) * max_parts * n_q_heads + h;   // part p's slot: first + p * n_q_heads
   float top = -FLT_MAX;
   for (int p = 0; p < parts; ++p) top = fmaxf(top, part_max[first + int64_t(p) * n_q_heads]);
@@ -255,6 +256,9 @@ void paged_attention(const KvPageShape& shape, const TokenSlots& slots, int n_q_
                                                 " rows, context " + std::to_string(max_ctx));
   if (slots.n == 0) return;
   const int max_parts = (max_ctx + part_rows - 1) / part_rows;
+  if (max_parts > 65535)  // gridDim.z
+    fail_with("cuda::paged_attention: a context of " + std::to_string(max_ctx) + " positions in parts of " +
+              std::to_string(part_rows) + " rows is more than 65535 parts");
   const size_t slots_total = size_t(slots.n) * max_parts * n_q_heads;
   scratch.acc.reserve(slots_total * shape.head_dim);
   scratch.max.reserve(slots_total);

@@ -108,6 +108,12 @@ class CudaForward final : public DeviceForward {
                        double(bytes) / double(1ull << 30), cuda::element_name(layers_.empty() ? embedding_.element : layers_[0].wq.element));
   }
 
+  Memory memory() const override {
+    Memory m;
+    cuda::check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+    return m;
+  }
+
   void forward(const ForwardBatch& batch, const KvCache& cache, std::vector<float>& logits) override {
     const ModelConfig& m = config_;
     const int T = batch.size();
@@ -187,16 +193,12 @@ class CudaForward final : public DeviceForward {
     const KvCacheShape& s = cache.shape();
     const std::string signature = fmt::format("{} {} {}", s.describe(), s.block_size, cache.num_blocks());
     if (bound_cache_ == &cache && bound_signature_ == signature) return;
+    if (const std::string why = device_cache_unsupported(ComputeDevice::Cuda, s); !why.empty())
+      fail("--device cuda: {}", why);
     std::vector<cuda::KvPageShape> shapes;
-    for (int l = 0; l < config_.num_layers; ++l) {
-      const KvDtype kd = s.k_dtype_of(l), vd = s.v_dtype_of(l);
-      if (kd != vd || (kd != KvDtype::F16 && kd != KvDtype::F32))
-        fail("--device cuda: the KV cache of layer {} is {}/{}; the CUDA backend stores f16 or f32 K and V so far",
-             l, kv_dtype_name(kd), kv_dtype_name(vd));
+    for (int l = 0; l < config_.num_layers; ++l)
       shapes.push_back({config_.num_kv_heads, config_.head_dim, s.block_size,
-                        kd == KvDtype::F32 ? Element::F32 : Element::F16});
-    }
-    if (s.windows.any()) fail("--device cuda: KV windows are for quantized caches, which the CUDA backend lacks so far");
+                        s.k_dtype_of(l) == KvDtype::F32 ? Element::F32 : Element::F16});
     bound_cache_ = nullptr;
     k_pages_.clear();
     v_pages_.clear();
