@@ -1,11 +1,14 @@
-// Decode attention on the GPU over a full-precision paged cache: one layer with Qwen3-14B's heads
+// Decode attention on the GPU over a paged cache, f16 rows and 4-bit TurboQuant rows with an fp16
+// scale (the tq4 preset's tq4h rows, 66 bytes for head_dim 128): one layer with Qwen3-14B's heads
 // (40 query, 8 KV, head_dim 128), one query token per sequence, the sequences' rows in blocks of
-// 16 scattered over the pool. Prints one JSON line per shape: median µs of 20 timed launches (CUDA
-// events, after 3 warm-ups) and the bandwidth of the K and V bytes each launch must read.
+// 16 scattered over the pool. Prints one JSON line per mode and shape: median µs of 20 timed
+// launches (CUDA events, after 3 warm-ups) and the bandwidth of the K and V bytes each launch must
+// read.
 //   bench_cuda_attention [batch:ctx ...]     (default 16:32768 64:8192)
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -32,14 +35,43 @@ __global__ void fill_pages(__half* pages, size_t n, uint32_t salt) {
   }
 }
 
+// Every row of the tq4h pages gets a valid fp16 scale (the code bytes stay as filled).
+__global__ void set_tq4_scales(uint8_t* pages, size_t rows, int row_bytes, int codes_bytes) {
+  for (size_t r = size_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += size_t(gridDim.x) * blockDim.x)
+    *reinterpret_cast<__half*>(pages + r * row_bytes + codes_bytes) = __float2half(0.05f + 0.001f * float(r % 97));
+}
+
+float median_us(const std::function<void()>& launch) {
+  cudaEvent_t start, stop;
+  tq::cuda::check(cudaEventCreate(&start), "cudaEventCreate");
+  tq::cuda::check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> times;
+  for (int i = 0; i < 23; ++i) {
+    tq::cuda::check(cudaEventRecord(start), "cudaEventRecord");
+    launch();
+    tq::cuda::check(cudaEventRecord(stop), "cudaEventRecord");
+    tq::cuda::check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    tq::cuda::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i >= 3) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2] * 1e3f;
+}
+
+void report(const char* mode, int batch, int ctx, double us, double bytes) {
+  std::printf("{\"bench\": \"attention_%s\", \"heads\": \"40/8/128\", \"batch\": %d, \"ctx\": %d, \"us\": %.1f, "
+              "\"kv_bytes\": %.0f, \"tb_s\": %.3f}\n",
+              mode, batch, ctx, us, bytes, bytes / (us * 1e-6) / 1e12);
+  std::fflush(stdout);
+}
+
 void run(int batch, int ctx) {
   const int n_q = 40, n_kv = 8, d = 128, bs = 16;
   const int blocks_per_seq = (ctx + bs - 1) / bs, num_blocks = batch * blocks_per_seq;
-  const size_t page_elements = size_t(num_blocks) * n_kv * bs * d;
-  DeviceArray<__half> k(page_elements), v(page_elements);
-  fill_pages<<<1024, 256>>>(k.data(), page_elements, 1);
-  fill_pages<<<1024, 256>>>(v.data(), page_elements, 2);
-  tq::cuda::check_launch("fill_pages");
+  const size_t rows = size_t(num_blocks) * n_kv * bs;
   // Each sequence's blocks are a random choice from the pool, as after a while of serving.
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
@@ -56,31 +88,40 @@ void run(int batch, int ctx) {
   dbegin.upload(begin);
   dtables.upload(ids);
   dq.upload(q);
-  const tq::cuda::KvPageShape shape{n_kv, d, bs, tq::cuda::Element::F16};
   const tq::cuda::TokenSlots slots{batch, dpos.data(), dbegin.data(), dtables.data()};
   const float scale = 1.0f / std::sqrt(float(d));
   tq::cuda::AttentionScratch scratch;
-  cudaEvent_t start, stop;
-  tq::cuda::check(cudaEventCreate(&start), "cudaEventCreate");
-  tq::cuda::check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> times;
-  for (int i = 0; i < 23; ++i) {
-    tq::cuda::check(cudaEventRecord(start), "cudaEventRecord");
-    tq::cuda::paged_attention(shape, slots, n_q, ctx, dq.data(), k.data(), v.data(), scale, out.data(), scratch, nullptr);
-    tq::cuda::check(cudaEventRecord(stop), "cudaEventRecord");
-    tq::cuda::check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    tq::cuda::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= 3) times.push_back(ms);
+  {
+    DeviceArray<__half> k(rows * d), v(rows * d);
+    fill_pages<<<1024, 256>>>(k.data(), rows * d, 1);
+    fill_pages<<<1024, 256>>>(v.data(), rows * d, 2);
+    tq::cuda::check_launch("fill_pages");
+    const tq::cuda::KvPageShape shape{n_kv, d, bs, tq::cuda::Element::F16};
+    const double us = median_us([&] {
+      tq::cuda::paged_attention(shape, slots, n_q, ctx, dq.data(), k.data(), v.data(), scale, out.data(), scratch, nullptr);
+    });
+    report("f16", batch, ctx, us, 2.0 * batch * double(ctx) * n_kv * d * sizeof(__half));
   }
-  std::sort(times.begin(), times.end());
-  const double us = times[times.size() / 2] * 1e3;
-  const double bytes = 2.0 * batch * double(ctx) * n_kv * d * sizeof(__half);
-  std::printf("{\"bench\": \"attention_f16\", \"heads\": \"%d/%d/%d\", \"batch\": %d, \"ctx\": %d, \"us\": %.1f, "
-              "\"kv_bytes\": %.0f, \"tb_s\": %.3f}\n",
-              n_q, n_kv, d, batch, ctx, us, bytes, bytes / (us * 1e-6) / 1e12);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  {
+    const tq::cuda::Tq4PageShape shape{n_kv, d, bs, true};
+    const int row_bytes = tq::cuda::tq4_row_bytes(shape);
+    DeviceArray<uint8_t> k(rows * row_bytes), v(rows * row_bytes);
+    // Random code bytes (fill_pages' halves, reinterpreted), then valid scales.
+    fill_pages<<<1024, 256>>>(reinterpret_cast<__half*>(k.data()), rows * row_bytes / 2, 3);
+    fill_pages<<<1024, 256>>>(reinterpret_cast<__half*>(v.data()), rows * row_bytes / 2, 4);
+    set_tq4_scales<<<1024, 256>>>(k.data(), rows, row_bytes, d / 2);
+    set_tq4_scales<<<1024, 256>>>(v.data(), rows, row_bytes, d / 2);
+    tq::cuda::check_launch("tq4 pages");
+    std::vector<float> levels(16);
+    for (int i = 0; i < 16; ++i) levels[i] = (float(i) - 7.5f) / 7.5f;
+    DeviceArray<float> dlevels;
+    dlevels.upload(levels);
+    const double us = median_us([&] {
+      tq::cuda::tq4_paged_attention(shape, slots, n_q, ctx, dq.data(), k.data(), dlevels.data(), v.data(), dlevels.data(),
+                                    scale, out.data(), scratch, nullptr);
+    });
+    report("tq4h", batch, ctx, us, 2.0 * batch * double(ctx) * n_kv * row_bytes);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The full-precision paged KV cache on the GPU: writing a step's K/V rows into their blocks, and
-// causal GQA attention of each token over its sequence's rows. The pages have the CPU cache's
+// The paged KV cache on the GPU: writing a step's full-precision K/V rows into their blocks, and
+// causal GQA attention of each token over its sequence's rows, full-precision or 4-bit TurboQuant. The pages have the CPU cache's
 // layout (kv/kv_cache.h), one layer's side at a time: row (block b, kv head g, offset o) at
 // element ((b * n_kv_heads + g) * block_size + o) * head_dim.
 #pragma once
@@ -54,5 +54,25 @@ constexpr int kMaxQueriesPerKvHead = 8;
 void paged_attention(const KvPageShape& shape, const TokenSlots& slots, int n_q_heads, int max_ctx, const float* q,
                      const void* k_pages, const void* v_pages, float scale, float* out, AttentionScratch& scratch,
                      cudaStream_t stream, int part_rows = kAttentionPartRows);
+
+// 4-bit TurboQuant pages (kernels/tq_packing.h's rows: head_dim / 2 bytes of codes, then an fp32
+// scale, or an fp16 one for the tq4h rows of the tq4 preset), in the CPU cache's layout: row (block
+// b, kv head g, offset o) at byte ((b * n_kv_heads + g) * block_size + o) * tq4_row_bytes.
+struct Tq4PageShape {
+  int n_kv_heads = 0;
+  int head_dim = 0;  // a multiple of 4, at most kMaxHeadDim
+  int block_size = 0;
+  bool f16_scale = false;
+};
+int tq4_row_bytes(const Tq4PageShape& shape);
+
+// paged_attention over 4-bit TurboQuant K and V, in their storage space: q_store is q already in
+// K's storage space (rotated), out_store comes out in V's (the caller rotates it back), as the CPU
+// kernels do (kernels/paged_attention.h). Rows are decoded as scale * levels[idx], fp32.
+// k_levels, v_levels: [16] device memory.
+void tq4_paged_attention(const Tq4PageShape& shape, const TokenSlots& slots, int n_q_heads, int max_ctx,
+                         const float* q_store, const uint8_t* k_pages, const float* k_levels, const uint8_t* v_pages,
+                         const float* v_levels, float scale, float* out_store, AttentionScratch& scratch,
+                         cudaStream_t stream, int part_rows = kAttentionPartRows);
 
 }  // namespace tq::cuda

@@ -10,12 +10,14 @@
 
 #include "cuda_test_support.h"
 #include "kernels/activation.h"
+#include "kernels/coded_row.h"
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/device_array.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/transformer_ops.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kv/kv_cache.h"
 
 namespace tq {
 namespace {
@@ -245,6 +247,90 @@ TEST(CudaKernels, PagedAttentionMatchesDoubleReference) {
       for (size_t i = 0; i < outs.size(); ++i)
         EXPECT_LE(relative_error(outs[i], want), 1e-5) << cuda::element_name(element) << " heads " << n_q << "/"
                                                         << n_kv << " d " << d << " blocks of " << bs << " parts " << i;
+    }
+  }
+}
+
+// 4-bit TurboQuant rows coded by the CPU cache (kv/kv_cache.h, tq4 and tq4h: fp32 and fp16
+// scales), its pages copied to the GPU as they are: attention in storage space equals a double
+// softmax over the rows as the CPU decodes them (kernels/coded_row.h).
+TEST(CudaKernels, TurboQuant4AttentionMatchesDoubleReference) {
+  TQ_REQUIRE_CUDA();
+  for (KvDtype dtype : {KvDtype::TQ4, KvDtype::TQ4H}) {
+    for (auto [n_q, n_kv, d, bs] : {std::tuple{16, 8, 128, 16}, std::tuple{9, 3, 64, 7}}) {
+      const int num_blocks = 40, layer = 1;
+      KvCache cache({2, n_kv, d, bs, dtype, dtype}, num_blocks);
+      std::vector<BlockTable> tables(2);
+      tables[0].blocks = {7, 3, 30, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28};
+      tables[1].blocks = {0, 39, 38, 1, 2, 4, 5, 6, 8, 9, 10, 11, 31, 32, 33, 34, 35, 36, 37, 29};
+      const std::vector<int> lengths = {std::min(130, bs * 20), std::min(75, bs * 20)};
+      std::vector<int32_t> positions, table_begin, flat;
+      for (size_t s = 0; s < tables.size(); ++s) {
+        const int begin = static_cast<int>(flat.size());
+        flat.insert(flat.end(), tables[s].blocks.begin(), tables[s].blocks.end());
+        for (int p = 0; p < lengths[s]; ++p) {
+          const auto k = random_floats(size_t(n_kv) * d, 1000 * s + p), v = random_floats(size_t(n_kv) * d, 5000 * s + p);
+          cache.write(layer, tables[s], p, k.data(), v.data());
+          positions.push_back(p);
+          table_begin.push_back(begin);
+        }
+      }
+      const int T = static_cast<int>(positions.size());
+      const PagedRows kp = cache.k_pages(layer), vp = cache.v_pages(layer);
+      const cuda::Tq4PageShape shape{n_kv, d, bs, dtype == KvDtype::TQ4H};
+      ASSERT_EQ(kp.row_stride, size_t(cuda::tq4_row_bytes(shape)));
+      ASSERT_EQ(kp.block_stride, kp.row_stride * bs * n_kv);  // the layout the kernel assumes
+      const size_t layer_bytes = kp.block_stride * num_blocks;
+      DeviceArray<uint8_t> dk, dv;
+      dk.upload(kp.base, layer_bytes);
+      dv.upload(vp.base, layer_bytes);
+      DeviceArray<float> k_levels, v_levels;
+      k_levels.upload(kp.format.levels, 16);
+      v_levels.upload(vp.format.levels, 16);
+      const auto q = random_floats(size_t(T) * n_q * d, 77);
+      DeviceArray<float> dq;
+      dq.upload(q);
+      DeviceArray<int32_t> dpos, dbegin, dflat;
+      dpos.upload(positions);
+      dbegin.upload(table_begin);
+      dflat.upload(flat);
+      const cuda::TokenSlots slots{T, dpos.data(), dbegin.data(), dflat.data()};
+      const float scale = 1.0f / std::sqrt(float(d));
+      const int max_ctx = *std::max_element(positions.begin(), positions.end()) + 1;
+      // The rows as the CPU decodes them, then a double softmax.
+      const auto decoded = [&](const PagedRows& pages, int t, int p, int g) {
+        const int32_t block = flat[table_begin[t] + p / bs];
+        std::vector<float> row(d);
+        decode_coded_row_scalar(pages.format, pages.base + block * pages.block_stride + g * pages.head_stride +
+                                                  (p % bs) * pages.row_stride, row.data());
+        return row;
+      };
+      std::vector<double> want(size_t(T) * n_q * d);
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < n_q; ++h) {
+          const int g = h / (n_q / n_kv);
+          std::vector<double> w(positions[t] + 1);
+          double top = -INFINITY, total = 0;
+          for (int p = 0; p <= positions[t]; ++p) {
+            const auto k = decoded(kp, t, p, g);
+            double s = 0;
+            for (int i = 0; i < d; ++i) s += double(q[(size_t(t) * n_q + h) * d + i]) * k[i];
+            top = std::max(top, w[p] = s * scale);
+          }
+          for (double& x : w) total += (x = std::exp(x - top));
+          for (int p = 0; p <= positions[t]; ++p) {
+            const auto v = decoded(vp, t, p, g);
+            for (int i = 0; i < d; ++i) want[(size_t(t) * n_q + h) * d + i] += w[p] / total * v[i];
+          }
+        }
+      for (int part_rows : {256, 48}) {
+        DeviceArray<float> out = poisoned(size_t(T) * n_q * d);
+        cuda::AttentionScratch scratch;
+        cuda::tq4_paged_attention(shape, slots, n_q, max_ctx, dq.data(), dk.data(), k_levels.data(), dv.data(),
+                                  v_levels.data(), scale, out.data(), scratch, nullptr, part_rows);
+        EXPECT_LE(relative_error(out.to_host(), want), 1e-5) << kv_dtype_name(dtype) << " heads " << n_q << "/" << n_kv
+                                                            << " d " << d << " parts of " << part_rows;
+      }
     }
   }
 }
