@@ -115,6 +115,11 @@ class KvRowCodec {
   void from_storage(const float* y, int head, float* x) const;
 
   const std::vector<int>& order(int head) const;
+  // What a TurboQuant row (tq<b>, tq<b>h) is coded with, for another device's encoder to code it
+  // the same way (kernels/cuda/tq_encode.h): the layer's rotation, the codebook, the scale's rule.
+  const Rotation& rotation() const { return rot_; }
+  const Codebook& codebook() const { return cb_hi_; }
+  TqScaleMode scale_mode() const { return scale_mode_; }
   // The head's center / scale, or null when there is none.
   const float* center(int head) const;
   const float* scale(int head) const;

@@ -15,9 +15,11 @@
 #include "kernels/cuda/device_array.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/transformer_ops.h"
+#include "kernels/cuda/tq_encode.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kv/kv_cache.h"
+#include "quant/tq_row.h"
 
 namespace tq {
 namespace {
@@ -330,6 +332,79 @@ TEST(CudaKernels, TurboQuant4AttentionMatchesDoubleReference) {
                                   v_levels.data(), scale, out.data(), scratch, nullptr, part_rows);
         EXPECT_LE(relative_error(out.to_host(), want), 1e-5) << kv_dtype_name(dtype) << " heads " << n_q << "/" << n_kv
                                                             << " d " << d << " parts of " << part_rows;
+      }
+    }
+  }
+}
+
+cuda::Tq4ScaleRule scale_rule(TqScaleMode mode) {
+  switch (mode) {
+    case TqScaleMode::plain_norm: return cuda::Tq4ScaleRule::Norm;
+    case TqScaleMode::norm_corrected: return cuda::Tq4ScaleRule::NormCorrected;
+    case TqScaleMode::least_squares: return cuda::Tq4ScaleRule::LeastSquares;
+  }
+  return cuda::Tq4ScaleRule::LeastSquares;
+}
+
+// K and V rows coded by the GPU (store_tq4_rows) are byte for byte the rows the CPU cache codes
+// from the same values: tq4 and tq4h, keys with a per-head center, every scale rule.
+TEST(CudaKernels, TurboQuant4RowsAreCodedAsTheCpuCodesThem) {
+  TQ_REQUIRE_CUDA();
+  const int n_kv = 3, d = 128, bs = 16, num_blocks = 8, layers = 2, layer = 1;
+  for (KvDtype dtype : {KvDtype::TQ4, KvDtype::TQ4H}) {
+    for (const char* rule : {"least-squares", "norm-corrected", "norm"}) {
+      KvAffine affine;
+      affine.k_mean.assign(layers, std::vector<std::vector<float>>(n_kv));
+      for (int g = 0; g < n_kv; ++g) affine.k_mean[layer][g] = random_floats(d, 900 + g, 0.3f);
+      affine.k_mean[0] = affine.k_mean[layer];
+      KvQuantOptions options;
+      options.scale_mode = parse_tq_scale_mode(rule);
+      KvCache cache({layers, n_kv, d, bs, dtype, dtype}, num_blocks, options, {}, affine);
+      BlockTable table;
+      table.blocks = {5, 2, 7};
+      const int T = 40;
+      // Rows of every kind: ordinary, large, tiny, and all zeros (the zero-norm path).
+      std::vector<float> k = random_floats(size_t(T) * n_kv * d, 31), v = random_floats(size_t(T) * n_kv * d, 32, 5.0f);
+      for (int i = 0; i < d; ++i) v[size_t(3) * n_kv * d + i] *= 1e-20f;  // V: no center to add back
+      for (int i = 0; i < n_kv * d; ++i) v[size_t(4) * n_kv * d + i] = 0.0f;
+      std::vector<int32_t> positions(T), begin(T, 0);
+      for (int p = 0; p < T; ++p) {
+        positions[p] = p;
+        cache.write(layer, table, p, k.data() + size_t(p) * n_kv * d, v.data() + size_t(p) * n_kv * d);
+      }
+      const cuda::Tq4PageShape shape{n_kv, d, bs, dtype == KvDtype::TQ4H};
+      for (bool keys : {true, false}) {
+        const KvRowCodec& codec = keys ? cache.k_codec(layer) : cache.v_codec(layer);
+        const PagedRows pages = keys ? cache.k_pages(layer) : cache.v_pages(layer);
+        DeviceArray<float> rotation, boundaries, levels, center, x;
+        rotation.upload(codec.rotation().to_matrix());
+        boundaries.upload(codec.codebook().boundaries);
+        levels.upload(codec.codebook().centroids);
+        std::vector<float> centers;
+        for (int g = 0; g < n_kv; ++g)
+          if (codec.center(g)) centers.insert(centers.end(), codec.center(g), codec.center(g) + d);
+        ASSERT_EQ(centers.size(), keys ? size_t(n_kv) * d : 0u);
+        center.upload(centers);
+        x.upload(keys ? k : v);
+        DeviceArray<int32_t> dpos, dbegin, dtable;
+        dpos.upload(positions);
+        dbegin.upload(begin);
+        dtable.upload(table.blocks);
+        const size_t layer_bytes = pages.block_stride * num_blocks;
+        DeviceArray<uint8_t> gpu_pages;
+        gpu_pages.upload(std::vector<uint8_t>(layer_bytes, 0xAB));
+        const cuda::Tq4Coding coding{rotation.data(), boundaries.data(), levels.data(),
+                                     centers.empty() ? nullptr : center.data(),
+                                     scale_rule(options.scale_mode)};
+        cuda::store_tq4_rows(shape, coding, {T, dpos.data(), dbegin.data(), dtable.data()}, x.data(), gpu_pages.data(),
+                             nullptr);
+        const std::vector<uint8_t> got = gpu_pages.to_host();
+        for (int p = 0; p < T; ++p)
+          for (int g = 0; g < n_kv; ++g) {
+            const size_t at = table.blocks[p / bs] * pages.block_stride + g * pages.head_stride + (p % bs) * pages.row_stride;
+            ASSERT_EQ(0, std::memcmp(got.data() + at, pages.base + at, pages.row_stride))
+                << kv_dtype_name(dtype) << " " << rule << (keys ? " K" : " V") << " position " << p << " head " << g;
+          }
       }
     }
   }
