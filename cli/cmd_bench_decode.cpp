@@ -73,6 +73,13 @@ int run_bench_decode(const BenchDecodeFlags& f) {
   std::vector<TokenId> ids(total);  // [total]: the sequence every mode runs
   for (TokenId& id : ids) id = pick(rng);
 
+  for (const std::string& mode : modes) {  // every mode before the first is run
+    CacheOptions co = f.cache;
+    co.kv_cache_dtype = mode;
+    co.kv_cache_dtype_k.clear();
+    co.kv_cache_dtype_v.clear();
+    check_device_cache_flags(f.model, co, c);
+  }
   attach_device(f.model, model);  // the weights go to the GPU once, for every mode
   nlohmann::json rows = nlohmann::json::array();
   std::vector<float> logits;

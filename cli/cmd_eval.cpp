@@ -171,12 +171,10 @@ struct KlFlags {
 
 int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens);
 
-// Whether to write the plot at `path` ('' for none); a TQ_SLIM build has no PNG plots and says so.
-bool want_plot(const std::string& path) {
-  if (path.empty()) return false;
-  if (png_plots_available()) return true;
-  std::fprintf(stderr, "tqserve: no plot written to %s: this build has no PNG plots (TQ_SLIM)\n", path.c_str());
-  return false;
+// Before any measuring: a --plot that this build cannot draw (TQ_SLIM: no libgd) is an error.
+void require_plots(const std::string& path) {
+  if (!path.empty() && !png_plots_available())
+    fail("--plot {}: this build has no PNG plots (configured with TQ_SLIM); give --plot ''", path);
 }
 
 // Modes differ only in dtypes, so they share one calibration (computed at the first mode that
@@ -223,6 +221,7 @@ KlEvalResult kl_result_from_json(const std::string& path, int* ctx, size_t* text
 
 int run_kl(KlFlags& f) {
   f.cache.log_cache = false;
+  require_plots(f.plot);
   if (!f.from_json.empty()) {
     size_t text_tokens = 0;
     const KlEvalResult r = kl_result_from_json(f.from_json, &f.ctx, &text_tokens);
@@ -256,7 +255,7 @@ int report_kl(const KlFlags& f, const KlEvalResult& r, size_t text_tokens) {
                           {"top1", m.top1}, {"ppl", m.ppl}, {"ppl_ref", m.ppl_ref}, {"windows", m.windows}});
     chart.series.push_back({m.mode, {m.bits_per_element}, {m.kld_mean}, false});
   }
-  const bool plot = want_plot(f.plot);
+  const bool plot = !f.plot.empty();
   if (plot) write_line_chart_png(chart, f.plot);
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -289,6 +288,7 @@ struct NiahFlags {
 
 int run_niah_cmd(NiahFlags& f) {
   f.cache.log_cache = false;
+  require_plots(f.plot);
   NiahOptions o;
   o.contexts.clear();
   for (const std::string& c : split_list(f.contexts)) {
@@ -303,7 +303,7 @@ int run_niah_cmd(NiahFlags& f) {
   auto session = open_session(f.model, f.cache);
   Session& s = *session;
   if (!s.model.tokenizer) fail("eval niah needs the model's tokenizer");
-  const bool plot = want_plot(f.plot);
+  const bool plot = !f.plot.empty();
   const auto modes = split_list(f.modes);
   if (modes.empty()) fail("--kv-cache-dtype lists no mode");
   const auto results = run_niah(*s.transformer, *s.model.tokenizer, s.model.stop_ids, read_texts(f.text_files), modes,
@@ -381,6 +381,7 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
       ->check(CLI::Range(1, 1 << 20));
   kl->add_option("--max-windows", k->max_windows, "score at most this many windows (0: all)")->check(CLI::Range(0, 1 << 20));
   kl->add_option("--reference", k->reference, "KV dtype of the reference run")->capture_default_str();
+  if (!png_plots_available()) k->plot.clear();  // TQ_SLIM: no plot unless asked for (and then refused)
   kl->add_option("--plot", k->plot, "PNG of mean KLD against bits per element ('' for none)")->capture_default_str();
   kl->add_flag("--json", k->json, "print one JSON object");
   kl->add_flag("--breakdown", k->breakdown,
@@ -404,6 +405,7 @@ void register_eval(CLI::App& app, std::function<int()>& action) {
   niah->add_option("--text-file", n->text_files, "haystack text (repeatable; files are concatenated)")->required();
   niah->add_option("--ctx", n->contexts, "comma-separated context lengths")->capture_default_str();
   niah->add_option("--depths", n->depths, "needle depths per context (k/N, k = 0..N-1)")->capture_default_str()->check(CLI::Range(1, 100));
+  if (!png_plots_available()) n->plot.clear();
   niah->add_option("--plot", n->plot, "heat map PNG prefix ('' for none)")->capture_default_str();
   niah->add_flag("--json", n->json, "print one JSON object");
   niah->callback([n, &action] {

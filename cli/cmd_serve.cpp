@@ -181,7 +181,10 @@ int run_serve(ServeFlags& f) {
     if (!session->model.tokenizer) fail("{}: the model has no tokenizer; the server needs one", session->model.path);
     session->max_model_len = resolve_max_model_len(f.cache, c);
     session->transformer = std::make_unique<Transformer>(c, session->model.weights);
+    check_device_cache_flags(f.model, f.cache, c);
     attach_device(f.model, *session->transformer);  // the weights first: the KV budget is what they leave
+    // and the working memory of the largest step, allocated now so that it is counted as used.
+    session->transformer->reserve_device_steps(f.max_num_batched_tokens, session->max_model_len);
     const DeviceForward::Memory device = session->transformer->device_memory();
 
     std::optional<KvCalibration> calibration;
@@ -195,6 +198,9 @@ int run_serve(ServeFlags& f) {
       fail("give --kv-cache-memory or --memory-utilization, not both");
     if (!f.kv_cache_memory.empty()) {
       sizing.budget_bytes = parse_byte_size(f.kv_cache_memory, "--kv-cache-memory");
+      if (device.total > 0 && sizing.budget_bytes > device.free)
+        fail("--kv-cache-memory {}: the GPU has {:.2f} GiB free after the weights and the step buffers", f.kv_cache_memory,
+             double(device.free) / double(1ull << 30));
     } else if (device.total > 0) {
       // On a GPU, as vLLM's --gpu-memory-utilization: this process may use the fraction of the
       // device's memory (0.9 by default); what the weights and others use now is not KV.
@@ -306,7 +312,8 @@ void register_serve(CLI::App& app, std::function<int()>& action) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
-                  "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most 4 GiB)");
+                  "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most 4 GiB; with --device cuda "
+                  "0.9 of the GPU's memory less what is in use, as --memory-utilization)");
   cmd->add_option("--memory-utilization", f->memory_utilization, "KV cache budget as a fraction of available memory (with --device cuda: the fraction of the GPU's memory the process may use, weights included; default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-enable-prefix-caching", f->no_prefix_caching, "do not share cached prompt prefixes");

@@ -38,6 +38,16 @@ void add_device_option(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
 }
 
+void check_device_cache_flags(const ModelOptions& mo, const CacheOptions& co, const ModelConfig& c) {
+  const ComputeDevice device = parse_compute_device(mo.device);
+  if (device == ComputeDevice::Cpu) return;
+  if (co.kv_cache_dtype.rfind("auto", 0) == 0)
+    fail("--device {}: --kv-cache-dtype {} chooses among quantized formats, which the {} backend lacks so far",
+         mo.device, co.kv_cache_dtype, mo.device);
+  if (const std::string why = device_cache_unsupported(device, cache_shape_for(co, c)); !why.empty())
+    fail("--device {}: {}", mo.device, why);
+}
+
 void attach_device(const ModelOptions& o, Transformer& model) {
   const ComputeDevice device = parse_compute_device(o.device);
   if (device == ComputeDevice::Cpu) return;
@@ -362,6 +372,7 @@ std::unique_ptr<Session> open_session(const ModelOptions& mo, const CacheOptions
   s.max_model_len = resolve_max_model_len(co, c);
   const int blocks = (s.max_model_len + co.block_size - 1) / co.block_size;
   s.transformer = std::make_unique<Transformer>(s.model.config, s.model.weights);
+  check_device_cache_flags(mo, co, c);
   attach_device(mo, *s.transformer);  // before the cache, whose rows then live on the device
   std::optional<KvCalibration> calibration;
   const KvCacheShape shape = resolve_cache_shape(co, c, *s.transformer, s.model.tokenizer.get(), &calibration);

@@ -52,6 +52,9 @@ struct CacheOptions {
 void add_model_options(CLI::App* cmd, ModelOptions& o);
 // --device cpu|cuda, for the commands that run the model (generate, chat, serve, bench decode, eval).
 void add_device_option(CLI::App* cmd, ModelOptions& o);
+// With --device cuda: fails (naming the mode) when the cache flags ask for a cache the GPU cannot
+// hold, before any weights are uploaded. Nothing for --device cpu.
+void check_device_cache_flags(const ModelOptions& mo, const CacheOptions& co, const ModelConfig& c);
 // With --device cuda: loads the weights onto the GPU and prints the device. Caches made for the
 // model afterwards (make_cache) keep their rows there; Transformer::prepare_cache makes the pages.
 void attach_device(const ModelOptions& o, Transformer& model);

@@ -40,6 +40,10 @@ class DeviceForward {
     size_t free = 0, total = 0;
   };
   virtual Memory memory() const = 0;
+  // Allocates now the working memory a step of up to `tokens` tokens at contexts up to `max_ctx`
+  // needs (activations, attention's partial results, logits), so that a KV budget taken from
+  // memory() afterwards leaves room for it.
+  virtual void reserve(int tokens, int max_ctx) = 0;
   // Makes (or keeps) the device's pages for `cache`; fails naming what the device cannot store.
   virtual void bind(const KvCache& cache) = 0;
   // "cuda: NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), weights 8.1 GiB (bf16)"

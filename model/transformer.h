@@ -91,6 +91,10 @@ class Transformer {
   // forward() with it), failing for a cache the device cannot store; nothing on the CPU.
   void prepare_cache(const KvCache& cache);
   ComputeDevice device() const { return device_forward_ ? ComputeDevice::Cuda : ComputeDevice::Cpu; }
+  // DeviceForward::reserve on the device; nothing on the CPU.
+  void reserve_device_steps(int tokens, int max_ctx) {
+    if (device_forward_) device_forward_->reserve(tokens, max_ctx);
+  }
   // The device's free and total memory (zeros on the CPU).
   DeviceForward::Memory device_memory() const { return device_forward_ ? device_forward_->memory() : DeviceForward::Memory{}; }
   // "cpu" or the device's own description (DeviceForward::describe).

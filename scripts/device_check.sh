@@ -14,6 +14,17 @@ OUT=${OUT:-/tmp/tq-device-check}
 mkdir -p "$OUT"
 MODEL=${TQ_DEVICE_MODEL:-qwen3-4b}
 log() { echo "[$(date +%T)] $*" >&2; }
+# One deadline for the whole check (the device call's timeout_s is 540): each stage gets its own
+# limit or what is left, less 20 s kept for the summary.
+DEADLINE=$((SECONDS + ${TQ_CHECK_SECONDS:-500}))
+limit() {
+  local want=$1 left=$((DEADLINE - SECONDS - 20))
+  ((left < want)) && want=$left
+  ((want < 1)) && want=1
+  echo "$want"
+}
+server=""
+trap '[[ -n $server ]] && kill "$server" 2>/dev/null' EXIT
 
 # cuBLAS from the machine: its CUDA toolkit, else the nvidia-cublas python package torch uses.
 cublas_dir=""
@@ -33,17 +44,17 @@ log "cuBLAS from ${cublas_dir:-nowhere}"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt" >&2
 
 log "parity tests"
-TQ_SOURCE_DIR=$PWD TQ_TESTDATA_DIR=$PWD/$BUNDLE/testdata bundled timeout 200 "$BUNDLE/bin/tq_cuda_tests" \
+TQ_SOURCE_DIR=$PWD TQ_TESTDATA_DIR=$PWD/$BUNDLE/testdata bundled timeout "$(limit 200)" "$BUNDLE/bin/tq_cuda_tests" \
   --gtest_output="json:$OUT/cuda_tests.json" >"$OUT/cuda_tests.log" 2>&1
 tests_rc=$?
 tail -25 "$OUT/cuda_tests.log" >&2
 
 log "attention kernel"
-bundled timeout 120 "$BUNDLE/bin/bench_cuda_attention" 16:32768 64:8192 >"$OUT/attention.log" 2>&1
+bundled timeout "$(limit 120)" "$BUNDLE/bin/bench_cuda_attention" 16:32768 64:8192 >"$OUT/attention.log" 2>&1
 cat "$OUT/attention.log" >&2
 
 log "torch f16 SDPA and copy bandwidth, same GPU"
-timeout 120 python3 - >"$OUT/torch.log" 2>&1 <<'PY'
+timeout "$(limit 90)" python3 - >"$OUT/torch.log" 2>&1 <<'PY'
 import json, torch
 import torch.nn.functional as F
 def median_ms(fn, n=20):
@@ -70,9 +81,9 @@ cat "$OUT/torch.log" >&2
 
 log "end to end: $MODEL shape, random bf16 weights"
 model_dir=/tmp/tq-$MODEL
-timeout 150 python3 bench/make_hf_model "$MODEL" "$model_dir" --tokenizer "$BUNDLE/testdata/qwen2-tokenizer" \
+timeout "$(limit 150)" python3 bench/make_hf_model "$MODEL" "$model_dir" --tokenizer "$BUNDLE/testdata/qwen2-tokenizer" \
   >"$OUT/decode.log" 2>&1 || log "make_hf_model failed"
-bundled timeout 240 "$BUNDLE/bin/tqserve" bench decode -m "$model_dir" --device cuda --modes f16 \
+bundled timeout "$(limit 150)" "$BUNDLE/bin/tqserve" bench decode -m "$model_dir" --device cuda --modes f16 \
   --contexts 512,4096 --new-tokens 32 --json >>"$OUT/decode.log" 2>&1
 cat "$OUT/decode.log" >&2
 
@@ -81,16 +92,17 @@ port=18731
 bundled "$BUNDLE/bin/tqserve" serve -m "$model_dir" --device cuda --port "$port" --kv-cache-memory 24GiB \
   >"$OUT/serve.log" 2>&1 &
 server=$!
-for _ in $(seq 120); do
+while ((SECONDS < DEADLINE - 60)); do
   python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
     "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
   kill -0 "$server" 2>/dev/null || break
   sleep 1
 done
-bundled timeout 150 "$BUNDLE/bin/tqserve" bench serve --url "http://127.0.0.1:$port" --num-prompts 128 \
+bundled timeout "$(limit 120)" "$BUNDLE/bin/tqserve" bench serve --url "http://127.0.0.1:$port" --num-prompts 128 \
   --concurrency 64 --input-len 512 --output-len 128 --json >>"$OUT/serve.log" 2>&1
 kill "$server" 2>/dev/null
 wait "$server" 2>/dev/null
+server=""
 tail -5 "$OUT/serve.log" >&2
 
 python3 - "$OUT" "$tests_rc" "$model_dir" <<'PY'

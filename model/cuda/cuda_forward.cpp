@@ -108,6 +108,19 @@ class CudaForward final : public DeviceForward {
                        double(bytes) / double(1ull << 30), cuda::element_name(layers_.empty() ? embedding_.element : layers_[0].wq.element));
   }
 
+  void reserve(int tokens, int max_ctx) override {
+    const ModelConfig& m = config_;
+    reserve_buffers(tokens);
+    logits_.reserve(size_t(tokens) * m.vocab_size);
+    const int widest = std::max({m.hidden_size, m.intermediate_size, m.num_heads * m.head_dim});
+    scratch_.reserve(size_t(tokens) * widest * sizeof(uint16_t));  // activations as bf16/f16 for cuBLAS
+    const size_t parts = (size_t(max_ctx) + cuda::kAttentionPartRows - 1) / cuda::kAttentionPartRows;
+    const size_t part_slots = size_t(tokens) * parts * m.num_heads;
+    attention_scratch_.acc.reserve(part_slots * m.head_dim);
+    attention_scratch_.max.reserve(part_slots);
+    attention_scratch_.sum.reserve(part_slots);
+  }
+
   Memory memory() const override {
     Memory m;
     cuda::check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
@@ -123,7 +136,7 @@ class CudaForward final : public DeviceForward {
     }
     bind(cache);
     upload_batch(batch);
-    reserve(T);
+    reserve_buffers(T);
     const int64_t hidden = m.hidden_size, ffn = m.intermediate_size;
     const cuda::TokenSlots slots{T, positions_.data(), table_begin_.data(), tables_.data()};
     const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
@@ -239,7 +252,7 @@ class CudaForward final : public DeviceForward {
     cuda::check(cudaStreamSynchronize(stream_), "uploading the batch");
   }
 
-  void reserve(int T) {
+  void reserve_buffers(int T) {
     if (T <= capacity_) return;
     const ModelConfig& m = config_;
     const size_t t = T;
@@ -260,8 +273,13 @@ class CudaForward final : public DeviceForward {
 
 std::string cuda_unavailable() {
   std::string why;
-  if (cuda::device_count(&why) > 0) return {};
-  return "no CUDA device: " + why;
+  if (cuda::device_count(&why) == 0) return "no CUDA device: " + why;
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "cannot read the CUDA device's properties";
+  // The kernels are built for sm_90a alone (CMakeLists.txt): another generation has no code to run.
+  if (p.major != 9)
+    return fmt::format("{} is sm_{}{}; this build's kernels are for Hopper (sm_90a) only", p.name, p.major, p.minor);
+  return {};
 }
 
 std::unique_ptr<DeviceForward> make_cuda_forward(const ModelConfig& config, const ModelWeights& weights,
