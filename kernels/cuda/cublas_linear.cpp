@@ -1,5 +1,6 @@
 #include "kernels/cuda/cublas_linear.h"
 
+#include <dlfcn.h>
 #include <library_types.h>
 
 #include "errors/error.h"
@@ -7,6 +8,41 @@
 
 namespace tq::cuda {
 namespace {
+
+// The cuBLAS functions this file calls, from libcublas.so.13 loaded on first use: by its soname
+// (LD_LIBRARY_PATH, the system's paths), else from the toolkit this was built with.
+struct CublasApi {
+  cublasStatus_t (*create)(cublasHandle_t*);
+  cublasStatus_t (*destroy)(cublasHandle_t);
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+  cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  const char* (*status_name)(cublasStatus_t);
+};
+
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    void* lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen(TQ_CUBLAS_FALLBACK, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) fail("cannot load cuBLAS (libcublas.so.13, also tried {}): {}", TQ_CUBLAS_FALLBACK, dlerror());
+    const auto symbol = [lib](const char* name) {
+      void* p = dlsym(lib, name);
+      if (!p) fail("libcublas.so.13 has no {}", name);
+      return p;
+    };
+    CublasApi a;
+    a.create = reinterpret_cast<decltype(a.create)>(symbol("cublasCreate_v2"));
+    a.destroy = reinterpret_cast<decltype(a.destroy)>(symbol("cublasDestroy_v2"));
+    a.set_stream = reinterpret_cast<decltype(a.set_stream)>(symbol("cublasSetStream_v2"));
+    a.set_math_mode = reinterpret_cast<decltype(a.set_math_mode)>(symbol("cublasSetMathMode"));
+    a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(symbol("cublasGemmEx"));
+    a.status_name = reinterpret_cast<decltype(a.status_name)>(symbol("cublasGetStatusName"));
+    return a;
+  }();
+  return api;
+}
 
 cudaDataType_t data_type(Element e) {
   switch (e) {
@@ -19,16 +55,21 @@ cudaDataType_t data_type(Element e) {
 
 }  // namespace
 
+void check_cublas(int status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("{}: cuBLAS status {} ({})", what, status, cublas().status_name(static_cast<cublasStatus_t>(status)));
+}
+
 Blas::Blas(cudaStream_t stream) : stream_(stream) {
-  check_cublas(cublasCreate(&handle_), "cublasCreate");
-  check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  check_cublas(cublas().create(&handle_), "cublasCreate");
+  check_cublas(cublas().set_stream(handle_, stream), "cublasSetStream");
   // The default math mode keeps at least the requested precision: fp32 products are not rounded
   // to TF32, and bf16/f16 ones use the tensor cores with fp32 accumulation.
-  check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  check_cublas(cublas().set_math_mode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
 }
 
 Blas::~Blas() {
-  if (handle_) cublasDestroy(handle_);
+  if (handle_) cublas().destroy(handle_);
 }
 
 void upload_rows(DeviceMatrix& m, int64_t first, int64_t count, const float* host_rows, DeviceArray<float>& staging,
@@ -55,7 +96,7 @@ void linear(Blas& blas, const DeviceMatrix& m, const float* x, int64_t n, float*
   // W [out, in] is column-major Wᵀ, hence OP_T on it.
   const float alpha = 1.0f, beta = 0.0f;
   const int rows = static_cast<int>(m.rows), cols = static_cast<int>(m.cols), tokens = static_cast<int>(n);
-  check_cublas(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, rows, tokens, cols, &alpha, m.data.data(),
+  check_cublas(cublas().gemm_ex(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, rows, tokens, cols, &alpha, m.data.data(),
                             data_type(m.element), cols, b, data_type(m.element), cols, &beta, y, CUDA_R_32F, rows,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");

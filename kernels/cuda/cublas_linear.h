@@ -1,7 +1,9 @@
 // Linear layers on the GPU through cuBLAS: y[n, out] = x[n, in] · Wᵀ (+ b) with W held as f32,
 // f16 or bf16 and fp32 activations (converted to W's element type first; fp32 accumulation).
 // cuBLAS chooses its algorithm by shape, so a product's last bits can depend on n: the GPU path
-// is not batch-invariant in its linear layers (docs/CUDA.md).
+// is not batch-invariant in its linear layers (docs/CUDA.md). cuBLAS is loaded (dlopen) when the
+// first handle is made, not linked: libcublasLt alone is 540 MB, and every process of the CPU
+// path (each test, each tqserve run) would otherwise pay ~80 ms to map it at start-up.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -12,6 +14,9 @@
 #include "kernels/cuda/transformer_ops.h"
 
 namespace tq::cuda {
+
+// Throws tq::Error "<what>: cuBLAS status <n> (<name>)" unless status is CUBLAS_STATUS_SUCCESS.
+void check_cublas(int status, const char* what);
 
 // A cuBLAS handle bound to one stream.
 class Blas {

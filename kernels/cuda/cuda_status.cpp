@@ -1,7 +1,5 @@
 #include "kernels/cuda/cuda_status.h"
 
-#include <cublas_v2.h>
-
 #include "errors/error.h"
 
 namespace tq::cuda {
@@ -11,11 +9,6 @@ void check(cudaError_t status, const char* what) {
 }
 
 void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
-
-void check_cublas(int status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fail("{}: cuBLAS status {} ({})", what, status, cublasGetStatusName(static_cast<cublasStatus_t>(status)));
-}
 
 void fail_with(const std::string& message) { fail("{}", message); }
 

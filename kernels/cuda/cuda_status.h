@@ -11,8 +11,6 @@ namespace tq::cuda {
 void check(cudaError_t status, const char* what);
 // After a kernel launch: the launch's own error (bad configuration), as check().
 void check_launch(const char* kernel);
-// Throws tq::Error "<what>: cuBLAS status <n> (<name>)" unless status is CUBLAS_STATUS_SUCCESS.
-void check_cublas(int status, const char* what);
 
 // Throws tq::Error with `message` (for .cu files, whose compiler cannot check fmt's format strings).
 [[noreturn]] void fail_with(const std::string& message);

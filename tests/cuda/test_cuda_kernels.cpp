@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "cuda_test_support.h"
+#include "errors/error.h"
 #include "kernels/activation.h"
 #include "kernels/coded_row.h"
 #include "kernels/cuda/cublas_linear.h"
@@ -46,6 +47,20 @@ cuda::DeviceMatrix device_matrix(cuda::Element element, int64_t rows, int64_t co
   for (int64_t first = 0; first < rows; first += chunk)
     cuda::upload_rows(m, first, std::min(chunk, rows - first), host + first * cols, staging, nullptr);
   return m;
+}
+
+// cuBLAS is opened at run time (not linked): the library and every function the backend calls are
+// found here too, where no GPU is; without a GPU the handle's creation then fails by name.
+TEST(CudaBlas, LoadsAtRunTime) {
+  std::string why;
+  const bool gpu = cuda::device_count(&why) > 0;
+  try {
+    cuda::Blas blas(nullptr);
+    EXPECT_TRUE(gpu) << "a cuBLAS handle without a GPU";
+  } catch (const Error& e) {
+    EXPECT_FALSE(gpu) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cublasCreate: cuBLAS status"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaKernels, RmsNormMatchesCpu) {
