@@ -73,22 +73,20 @@ int run_bench_decode(const BenchDecodeFlags& f) {
   std::vector<TokenId> ids(total);  // [total]: the sequence every mode runs
   for (TokenId& id : ids) id = pick(rng);
 
-  for (const std::string& mode : modes) {  // every mode before the first is run
-    CacheOptions co = f.cache;
-    co.kv_cache_dtype = mode;
-    co.kv_cache_dtype_k.clear();
-    co.kv_cache_dtype_v.clear();
-    check_device_cache_flags(f.model, co, c);
-  }
-  attach_device(f.model, model);  // the weights go to the GPU once, for every mode
-  nlohmann::json rows = nlohmann::json::array();
-  std::vector<float> logits;
-  for (const std::string& mode : modes) {
+  const auto mode_options = [&](const std::string& mode) {  // the cache flags of one mode
     CacheOptions co = f.cache;
     co.kv_cache_dtype = mode;
     co.kv_cache_dtype_k.clear();
     co.kv_cache_dtype_v.clear();
     co.max_model_len = total;
+    return co;
+  };
+  for (const std::string& mode : modes) check_device_cache_flags(f.model, mode_options(mode), c);  // all before the first runs
+  attach_device(f.model, model);  // the weights go to the GPU once, for every mode
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<float> logits;
+  for (const std::string& mode : modes) {
+    const CacheOptions co = mode_options(mode);
     std::optional<KvCalibration> calibration;
     auto cache = make_cache(co, resolve_cache_shape(co, c, model, m.tokenizer.get(), &calibration),
                             (total + co.block_size - 1) / co.block_size, model, m.tokenizer.get(), &calibration);

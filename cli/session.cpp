@@ -38,14 +38,23 @@ void add_device_option(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
 }
 
-void check_device_cache_flags(const ModelOptions& mo, const CacheOptions& co, const ModelConfig& c) {
-  const ComputeDevice device = parse_compute_device(mo.device);
+namespace {
+
+// Fails naming the mode when `device` cannot hold the cache the flags ask for.
+void refuse_device_cache(ComputeDevice device, const CacheOptions& co, const ModelConfig& c) {
   if (device == ComputeDevice::Cpu) return;
+  const char* name = compute_device_name(device);
   if (co.kv_cache_dtype.rfind("auto", 0) == 0)
     fail("--device {}: --kv-cache-dtype {} chooses among quantized formats, which the {} backend lacks so far",
-         mo.device, co.kv_cache_dtype, mo.device);
+         name, co.kv_cache_dtype, name);
   if (const std::string why = device_cache_unsupported(device, cache_shape_for(co, c)); !why.empty())
-    fail("--device {}: {}", mo.device, why);
+    fail("--device {}: {}", name, why);
+}
+
+}  // namespace
+
+void check_device_cache_flags(const ModelOptions& mo, const CacheOptions& co, const ModelConfig& c) {
+  refuse_device_cache(parse_compute_device(mo.device), co, c);
 }
 
 void attach_device(const ModelOptions& o, Transformer& model) {
@@ -308,12 +317,8 @@ std::unique_ptr<KvCache> make_cache(const CacheOptions& o, const KvCacheShape& s
 KvCacheShape resolve_cache_shape(const CacheOptions& o, const ModelConfig& c, Transformer& model,
                                  const Tokenizer* tokenizer, std::optional<KvCalibration>* reuse,
                                  std::optional<KvAutoMeasurement>* reuse_auto) {
-  if (model.device() != ComputeDevice::Cpu && o.kv_cache_dtype.rfind("auto", 0) == 0)
-    fail("--device {}: --kv-cache-dtype {} chooses among quantized formats, which the {} backend lacks so far",
-         compute_device_name(model.device()), o.kv_cache_dtype, compute_device_name(model.device()));
+  refuse_device_cache(model.device(), o, c);  // eval's modes come here without the CLI's check
   KvCacheShape shape = cache_shape_for(o, c);
-  if (const std::string why = device_cache_unsupported(model.device(), shape); !why.empty())
-    fail("--device {}: {}", compute_device_name(model.device()), why);
   const std::optional<KvAutoTarget> target = parse_kv_auto(o.kv_cache_dtype);
   if (!target) return shape;
   std::optional<KvCalibration> local;
