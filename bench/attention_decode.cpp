@@ -6,11 +6,16 @@
 //   build/bench_attention_decode [--benchmark_filter=...]
 // decode_dram/* attends 512 sequences of 576 positions in turn (~1.2 GiB of f16 pages), as a
 // batch-64 serving step does: its reads come from DRAM, not the last-level cache.
+// decode_long/* attends one 16k-token sequence across 36 layers as the engine does at batch 1
+// (parts of 256 positions on every thread), ~0.6 GB (tq4h) to 2.4 GB (f16) per step, from DRAM.
 // Modes ending in +int8k score the keys in integer arithmetic (PagedAttentionArgs::int8_key_scores);
 // +int8 also sums the values so (PagedAttentionArgs::int8_value_sums).
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -166,6 +171,115 @@ void BM_decode_attention_dram(benchmark::State& state, const std::string& mode) 
                                                           benchmark::Counter::kIs1024);
 }
 
+// Decode attention of one long sequence across a model's layers, as the engine runs it at batch 1
+// (model/layer_blocks.cpp attend_parts): per layer, q into K's storage space, then (part of 256
+// positions, range of KV heads) work items shared by the threads, each its own kernel call leaving
+// the part unnormalized, then the parts combined. The third argument is the KV heads per item: 1,
+// or all 8 as the engine takes them at this context. kLongLayers layers of Qwen3-4B's heads (32 query, 8 KV,
+// d 128) in one cache, so a step's K/V (tq4h 0.62 GB, f16 2.4 GB at 16k) come from DRAM, as in
+// `tqserve bench decode` at that context. Reports the KV bytes read per second, all threads.
+constexpr int kLongLayers = 36, kLongPartRows = 256;
+
+struct LongFixture {
+  std::unique_ptr<KvCache> cache;
+  BlockTable table;
+  std::vector<float> q, q_store, out, part_out, part_max, part_sum;
+};
+
+LongFixture& long_fixture(const std::string& mode, int ctx, int d) {
+  static std::map<std::string, LongFixture> all;
+  const std::string key = mode + "/" + std::to_string(ctx) + "/" + std::to_string(d);
+  auto it = all.find(key);
+  if (it != all.end()) return it->second;
+  LongFixture& f = all[key];
+  KvCacheShape shape;
+  shape.num_layers = kLongLayers;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = d;
+  shape.block_size = kBlock;
+  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
+  KvQuantOptions o;
+  o.rotation = RotationKind::hadamard;
+  const int blocks = (ctx + kBlock - 1) / kBlock;
+  f.cache = std::make_unique<KvCache>(shape, blocks, o);
+  f.table.blocks.resize(blocks);
+  std::iota(f.table.blocks.begin(), f.table.blocks.end(), 0);
+  std::mt19937 rng(ctx + d);
+  std::shuffle(f.table.blocks.begin(), f.table.blocks.end(), rng);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  std::vector<float> k(size_t(kKvHeads) * d), v(k.size());
+  for (float& x : k) x = uniform(rng);
+  for (float& x : v) x = uniform(rng);
+  for (int t = 0; t < ctx; ++t) {
+    k[size_t(t) % k.size()] = uniform(rng);
+    v[size_t(t) % v.size()] = uniform(rng);
+    f.cache->write(0, f.table, t, k.data(), v.data());
+  }
+  // Every other layer holds layer 0's bytes (coding 36 layers' rows would take minutes): the
+  // kernel's work does not depend on the values, only the addresses must differ.
+  for (int l = 1; l < kLongLayers; ++l)
+    for (const bool key_side : {true, false}) {
+      const PagedRows from = key_side ? f.cache->k_pages(0) : f.cache->v_pages(0);
+      const PagedRows to = key_side ? f.cache->k_pages(l) : f.cache->v_pages(l);
+      std::memcpy(const_cast<uint8_t*>(to.base), from.base, from.block_stride * size_t(blocks));
+    }
+  const int parts = (ctx + kLongPartRows - 1) / kLongPartRows;
+  f.q.resize(size_t(kQHeads) * d);
+  for (float& x : f.q) x = uniform(rng);
+  f.q_store = f.q;
+  f.out.resize(f.q.size());
+  f.part_out.resize(size_t(parts) * kQHeads * d);
+  f.part_max.resize(size_t(parts) * kQHeads);
+  f.part_sum.resize(size_t(parts) * kQHeads);
+  return f;
+}
+
+void BM_decode_long(benchmark::State& state, const std::string& mode, bool int8) {
+  const int ctx = static_cast<int>(state.range(0)), d = static_cast<int>(state.range(1));
+  const int per_item = static_cast<int>(state.range(2));
+  LongFixture& f = long_fixture(mode, ctx, d);
+  const KvCache& c = *f.cache;
+  const int parts = (ctx + kLongPartRows - 1) / kLongPartRows, group = kQHeads / kKvHeads;
+  for (auto _ : state) {
+    for (int l = 0; l < kLongLayers; ++l) {
+      const KvRowCodec& kc = c.k_codec(l);
+#pragma omp parallel
+      {
+#pragma omp for schedule(static)
+        for (int g = 0; g < kKvHeads; ++g)
+          for (int h = g * group; h < (g + 1) * group; ++h) kc.query_to_storage(&f.q[h * d], g, &f.q_store[h * d]);
+#pragma omp for schedule(dynamic)
+        for (int item = 0; item < parts * kKvHeads / per_item; ++item) {
+          const int part = item / (kKvHeads / per_item), g = item % (kKvHeads / per_item) * per_item;
+          PagedAttentionArgs a;
+          a.q = f.q_store.data(), a.n_q_heads = kQHeads, a.n_kv_heads = kKvHeads, a.head_dim = d;
+          a.block_table = f.table.blocks.data(), a.block_size = kBlock;
+          a.k = c.k_pages(l), a.v = c.v_pages(l), a.scale = 1.0f / std::sqrt(float(d));
+          a.int8_key_scores = a.int8_value_sums = int8;
+          a.ctx_begin = part * kLongPartRows;
+          a.n_ctx = std::min(ctx, (part + 1) * kLongPartRows);
+          a.kv_head_begin = g, a.kv_head_end = g + per_item;
+          a.out = f.part_out.data() + size_t(part) * kQHeads * d;
+          a.partial_max = f.part_max.data() + size_t(part) * kQHeads;
+          a.partial_sum = f.part_sum.data() + size_t(part) * kQHeads;
+          paged_attention_fast(a);
+        }
+#pragma omp for schedule(static)
+        for (int g = 0; g < kKvHeads; ++g) {
+          const size_t h0 = size_t(g) * group;
+          combine_attention_parts(parts, f.part_out.data() + h0 * d, size_t(kQHeads) * d, f.part_max.data() + h0,
+                                  f.part_sum.data() + h0, kQHeads, group, d, f.out.data() + h0 * d);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(f.out.data());
+  }
+  const double bytes = double(kLongLayers) * ctx * kKvHeads *
+                       (kv_row_bytes(c.shape().k_dtype, d) + kv_row_bytes(c.shape().v_dtype, d));
+  state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                                          benchmark::Counter::kIs1024);
+}
+
 // Collects each run's time, then prints the speed-up table.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -214,6 +328,16 @@ void register_all() {
     for (int ctx : {1024, 4096, 16384, 32768})
       for (int d : {64, 128}) b->Args({ctx, d});
     b->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  for (const char* mode : {"f16", "tq4h+int8"}) {
+    const std::string m = mode;
+    const bool int8 = m == "tq4h+int8";
+    benchmark::RegisterBenchmark(("decode_long/" + m).c_str(),
+                                 [m, int8](benchmark::State& s) { BM_decode_long(s, int8 ? "tq4h" : m, int8); })
+        ->Args({16384, 128, 1})
+        ->Args({16384, 128, kKvHeads})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   for (const char* mode : {"f16", "q8_0", "tq4"}) {
     const std::string m = mode;

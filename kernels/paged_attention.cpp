@@ -141,6 +141,14 @@ void paged_attention_exact_scalar(const PagedAttentionArgs& a) {
 
 void combine_attention_parts(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
                              const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out) {
+  if (combine_attention_parts_avx512_available(head_dim))
+    combine_attention_parts_avx512(n_parts, part_out, out_stride, part_max, part_sum, stat_stride, n_heads, head_dim, out);
+  else
+    combine_attention_parts_scalar(n_parts, part_out, out_stride, part_max, part_sum, stat_stride, n_heads, head_dim, out);
+}
+
+void combine_attention_parts_scalar(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
+                                    const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out) {
   for (int h = 0; h < n_heads; ++h) {
     float top = -std::numeric_limits<float>::infinity();
     for (int p = 0; p < n_parts; ++p) top = std::max(top, part_max[p * stat_stride + h]);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -428,6 +429,37 @@ TEST(CodedAttention, PartsCombineToTheWholeContext) {
   EXPECT_THROW(paged_attention_exact_scalar(a), Error);  // partial_sum missing
   a.partial_sum = sum.data();
   EXPECT_THROW(paged_attention_exact(a), Error);
+}
+
+// The AVX-512 combination of parts is the scalar one bit for bit: head_dim 64, 128 and 256 (past
+// the 128 elements it keeps in registers), an empty part (-inf, its outputs never read), parts
+// whose maxima differ widely, a head whose every part is empty (zeros).
+TEST(CodedAttention, CombiningPartsWithAvx512MatchesTheScalarLoopBitForBit) {
+  if (!combine_attention_parts_avx512_available(64)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (int d : {64, 128, 256}) {
+    const int parts = 7, heads = 3;
+    std::vector<float> part_out(size_t(parts) * heads * d), part_max(size_t(parts) * heads), part_sum(part_max.size());
+    for (float& x : part_out) x = normal(rng);
+    for (float& x : part_max) x = 6.0f * normal(rng);
+    for (float& x : part_sum) x = 1.0f + std::fabs(normal(rng)) * 40.0f;
+    const float inf = std::numeric_limits<float>::infinity();
+    part_max[size_t(2) * heads + 1] = -inf;  // head 1's part 2 is empty: its garbage must not count
+    part_out[(size_t(2) * heads + 1) * d] = std::numeric_limits<float>::quiet_NaN();
+    for (int p = 0; p < parts; ++p) part_max[size_t(p) * heads + 2] = -inf;  // head 2: every part empty
+    std::vector<float> scalar(size_t(heads) * d, -1.0f), simd(scalar.size(), -2.0f);
+    combine_attention_parts_scalar(parts, part_out.data(), size_t(heads) * d, part_max.data(), part_sum.data(), heads,
+                                   heads, d, scalar.data());
+    combine_attention_parts_avx512(parts, part_out.data(), size_t(heads) * d, part_max.data(), part_sum.data(), heads,
+                                   heads, d, simd.data());
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), scalar.size() * sizeof(float)), 0);
+    EXPECT_TRUE(std::all_of(scalar.begin(), scalar.end(), [](float x) { return std::isfinite(x); }));
+    EXPECT_EQ(scalar[size_t(2) * d], 0.0f);
+  }
+  std::vector<float> out(48);
+  EXPECT_THROW(combine_attention_parts_avx512(1, out.data(), 48, out.data(), out.data(), 1, 1, 48 - 1, out.data()), Error);
 }
 
 // Computing KV heads one range at a time (as the model does across threads) gives the result
