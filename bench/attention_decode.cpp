@@ -175,7 +175,8 @@ void BM_decode_attention_dram(benchmark::State& state, const std::string& mode) 
 // (model/layer_blocks.cpp attend_parts): per layer, q into K's storage space, then (part of 256
 // positions, range of KV heads) work items shared by the threads, each its own kernel call leaving
 // the part unnormalized, then the parts combined. The third argument is the KV heads per item: 1,
-// or all 8 as the engine takes them at this context. kLongLayers layers of Qwen3-4B's heads (32 query, 8 KV,
+// or all 8 as the engine takes them at this context on up to 8 threads (model/layer_blocks.cpp
+// heads_per_item: 4 on 9-16 threads). kLongLayers layers of Qwen3-4B's heads (32 query, 8 KV,
 // d 128) in one cache, so a step's K/V (tq4h 0.62 GB, f16 2.4 GB at 16k) come from DRAM, as in
 // `tqserve bench decode` at that context. Reports the KV bytes read per second, all threads.
 constexpr int kLongLayers = 36, kLongPartRows = 256;

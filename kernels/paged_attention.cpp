@@ -139,35 +139,6 @@ void paged_attention_exact_scalar(const PagedAttentionArgs& a) {
   attention_scalar_loop(a, decode_coded_row_scalar);
 }
 
-void combine_attention_parts(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
-                             const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out) {
-  if (combine_attention_parts_avx512_available(head_dim))
-    combine_attention_parts_avx512(n_parts, part_out, out_stride, part_max, part_sum, stat_stride, n_heads, head_dim, out);
-  else
-    combine_attention_parts_scalar(n_parts, part_out, out_stride, part_max, part_sum, stat_stride, n_heads, head_dim, out);
-}
-
-void combine_attention_parts_scalar(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
-                                    const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out) {
-  for (int h = 0; h < n_heads; ++h) {
-    float top = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < n_parts; ++p) top = std::max(top, part_max[p * stat_stride + h]);
-    float* o = out + size_t(h) * head_dim;
-    std::fill(o, o + head_dim, 0.0f);
-    float total = 0;
-    for (int p = 0; p < n_parts; ++p) {
-      const float m = part_max[p * stat_stride + h];
-      if (m == -std::numeric_limits<float>::infinity()) continue;  // an empty part
-      const float w = std::exp(m - top);
-      total += w * part_sum[p * stat_stride + h];
-      const float* po = part_out + p * out_stride + size_t(h) * head_dim;
-      for (int j = 0; j < head_dim; ++j) o[j] += w * po[j];
-    }
-    const float inv = total > 0 ? 1.0f / total : 0.0f;
-    for (int j = 0; j < head_dim; ++j) o[j] *= inv;
-  }
-}
-
 void attention_reference(const float* q, const float* k, const float* v, int n_q_heads, int n_kv_heads, int head_dim,
                          int n_ctx, float scale, float* out) {
   const int group = n_q_heads / n_kv_heads;

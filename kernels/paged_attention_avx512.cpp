@@ -286,13 +286,15 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
     }
     for (int t0 = ref.ctx_begin; t0 < ref.n_ctx; t0 += kTile) {
       const int n_ref = std::min(kTile, ref.n_ctx - t0);
-      if (t0 + kPrefetchDistance < ref.n_ctx) {
+      // The tile kPrefetchDistance ahead, past this head's last one the next head's first ones.
+      const int ahead = (t0 - ref.ctx_begin + kPrefetchDistance) / kTile, head_tiles = (ref.n_ctx - ref.ctx_begin + kTile - 1) / kTile;
+      if (ahead < head_tiles) {
         prefetch_tile(ref, true, t0 + kPrefetchDistance, kTile, g);
         prefetch_tile(ref, false, t0 + kPrefetchDistance, kTile, g);
-      } else if (g + 1 < kv_head_end(ref)) {  // the next head's first tiles
-        const int ahead = ref.ctx_begin + (t0 + kPrefetchDistance - ref.n_ctx);
-        prefetch_tile(ref, true, ahead, kTile, g + 1);
-        prefetch_tile(ref, false, ahead, kTile, g + 1);
+      } else if (g + 1 < kv_head_end(ref) && ahead - head_tiles < head_tiles) {
+        const int next = ref.ctx_begin + (ahead - head_tiles) * kTile;
+        prefetch_tile(ref, true, next, kTile, g + 1);
+        prefetch_tile(ref, false, next, kTile, g + 1);
       }
       bool k_decoded = false;  // k_rows holds ref's tile: decoded when a query first scores it in fp32
       bool v_decoded = false;  // v_rows likewise, when a query first sums it in fp32
@@ -379,50 +381,6 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
 
 }  // namespace
 
-bool combine_attention_parts_avx512_available(int head_dim) {
-  static const bool cpu = __builtin_cpu_supports("avx512f");
-  return cpu && head_dim % 16 == 0;
-}
-
-// combine_attention_parts_scalar's operations per element, in its order: each part's weight from
-// the same expf, its product and sum rounded apart (this file is compiled without contraction),
-// up to 128 elements of a head kept in registers across the parts.
-TQ_AVX512 void combine_attention_parts_avx512(int n_parts, const float* part_out, size_t out_stride,
-                                              const float* part_max, const float* part_sum, size_t stat_stride,
-                                              int n_heads, int head_dim, float* out) {
-  if (!combine_attention_parts_avx512_available(head_dim))
-    fail("combine attention parts: the AVX-512 loop needs an AVX-512F CPU and head_dim % 16 == 0 (head_dim {})", head_dim);
-  thread_local std::vector<float> weight;  // [n_parts]: 0 for an empty part, which is skipped
-  weight.resize(n_parts);
-  constexpr int kChunk = 128;
-  for (int h = 0; h < n_heads; ++h) {
-    float top = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < n_parts; ++p) top = std::max(top, part_max[p * stat_stride + h]);
-    float total = 0;
-    for (int p = 0; p < n_parts; ++p) {
-      const float m = part_max[p * stat_stride + h];
-      weight[p] = 0;
-      if (m == -std::numeric_limits<float>::infinity()) continue;
-      weight[p] = std::exp(m - top);
-      total += weight[p] * part_sum[p * stat_stride + h];
-    }
-    const float inv = total > 0 ? 1.0f / total : 0.0f;
-    for (int j0 = 0; j0 < head_dim; j0 += kChunk) {
-      const int vectors = std::min(kChunk, head_dim - j0) / 16;
-      __m512 acc[kChunk / 16];
-      for (int i = 0; i < vectors; ++i) acc[i] = _mm512_setzero_ps();
-      for (int p = 0; p < n_parts; ++p) {
-        if (part_max[p * stat_stride + h] == -std::numeric_limits<float>::infinity()) continue;
-        const __m512 w = _mm512_set1_ps(weight[p]);
-        const float* po = part_out + p * out_stride + size_t(h) * head_dim + j0;
-        for (int i = 0; i < vectors; ++i) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(po + 16 * i)));
-      }
-      float* o = out + size_t(h) * head_dim + j0;
-      for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[i], _mm512_set1_ps(inv)));
-    }
-  }
-}
-
 bool paged_attention_fast_avx512_available(const PagedAttentionArgs& a) {
   static const bool cpu =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -459,12 +417,6 @@ void paged_attention_fast_avx512_queries(const PagedAttentionArgs* queries, int 
 namespace tq {
 
 bool paged_attention_fast_avx512_available(const PagedAttentionArgs&) { return false; }
-
-bool combine_attention_parts_avx512_available(int) { return false; }
-
-void combine_attention_parts_avx512(int, const float*, size_t, const float*, const float*, size_t, int, int, float*) {
-  fail("combine attention parts: the AVX-512 loop is not built for this architecture");
-}
 
 void paged_attention_fast_avx512(const PagedAttentionArgs& a) {
   check_paged_attention_args(a);

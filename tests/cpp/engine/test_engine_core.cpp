@@ -4,6 +4,7 @@
 // output equals the same request run alone; blocks all come back; aborts free at once; prompt
 // logprobs equal the log-softmax of a plain forward pass.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <fstream>
@@ -158,6 +159,45 @@ void expect_same_as_alone(int budget, int max_seqs, int blocks, bool expect_pree
   EXPECT_EQ(s.num_running + s.num_waiting, 0);
   if (expect_hits) EXPECT_GT(s.prefix.hits, 0u);
   if (expect_preemption) EXPECT_GT(s.preemptions, 0u);
+}
+
+// The attention's work items are (part or block of tokens, range of KV heads) whose width follows
+// the thread count (model/layer_blocks.cpp heads_per_item): 16 sequences in one batch give
+// ranges of 4, 2 and 1 heads at 1, 3 and 8 threads. The logits are the same bits at each, in an
+// f32 and a TurboQuant cache, for the batch's prefill and for a decode step after it.
+TEST(EngineCore, LogitsDoNotDependOnThreadCount) {
+  TQ_REQUIRE_TESTDATA();
+  TinyEngine& e = tiny();
+  const auto prompts = assorted_prompts(16);
+  const int vocab = e.model.config.vocab_size, saved_threads = omp_get_max_threads();
+  for (KvDtype dtype : {KvDtype::F32, KvDtype::TQ4}) {
+    SCOPED_TRACE(std::string(kv_dtype_name(dtype)));
+    std::vector<std::vector<float>> runs;
+    for (int threads : {1, 3, 8}) {
+      omp_set_num_threads(threads);
+      auto cache = e.make_cache(128, dtype);
+      BlockPool pool(*cache);
+      std::vector<BlockTable> tables(prompts.size());
+      ForwardBatch prefill, decode;
+      for (size_t s = 0; s < prompts.size(); ++s) {
+        ASSERT_TRUE(pool.allocate(tables[s], int(prompts[s].size()) + 1));
+        for (size_t p = 0; p < prompts[s].size(); ++p) prefill.add(prompts[s][p], int(p), &tables[s], true);
+        decode.add(prompts[s][0], int(prompts[s].size()), &tables[s], true);
+      }
+      std::vector<float> logits, all;
+      e.transformer.forward(prefill, *cache, logits);
+      all = logits;
+      e.transformer.forward(decode, *cache, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+      runs.push_back(all);
+      for (auto& t : tables) pool.free(t);
+    }
+    omp_set_num_threads(saved_threads);
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    EXPECT_GT(runs[0].size(), size_t(16) * vocab);
+    EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float))) << "1 against 3 threads";
+    EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[2].data(), runs[0].size() * sizeof(float))) << "1 against 8 threads";
+  }
 }
 
 // All 24 are admitted in the first step, before any block is cached: no prefix hits here.
