@@ -168,12 +168,6 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
   for (int t = 0; t < T; ++t)
     first_part[t + 1] = first_part[t] + (c.batch.positions[t] + kAttentionPartRows) / kAttentionPartRows;
   const int n_parts = first_part[T];
-  // Who computes a token's parts: with few (token, KV head) items for the threads (one long
-  // sequence decoding), every part is its own work item and the parts meet in the shared part
-  // buffers; otherwise each (token, KV head) item runs its parts one after another into its
-  // thread's buffers, which stay as small as one token's parts. Either way each part is the same
-  // kernel call and the parts are combined in the same order, so the result is the same bits.
-  const bool spread_parts = n_parts > T && T * n_kv < 4 * omp_get_max_threads();
   // Blocks of tokens attended together when the parts are not spread: consecutive tokens of one
   // sequence (the same table, consecutive positions), at most kQueriesPerBlock, part outputs within
   // kBlockPartBytes. Tokens b of block_first[b] .. block_first[b + 1] - 1.
@@ -187,6 +181,13 @@ void attend_parts(LayerContext& c, float scale, bool fp) {
   }
   block_first.push_back(T);
   const int n_blocks = static_cast<int>(block_first.size()) - 1;
+  // Who computes a token's parts: with fewer (token, KV head) pairs than kMinItemsPerThread per
+  // thread and more parts than tokens (a few long sequences decoding), every part is its own work
+  // item, with a range of KV heads, and the parts meet in the shared part buffers; otherwise each
+  // (block of tokens, KV head range) item runs its parts one after another into its thread's
+  // buffers, which stay as small as one block's parts. Either way each part is the same kernel
+  // call and the parts are combined in the same order, so the result is the same bits.
+  const bool spread_parts = n_parts > T && T * n_kv < kMinItemsPerThread * omp_get_max_threads();
   const int range_heads = heads_per_item(spread_parts ? n_parts : n_blocks, n_kv);
   const int head_ranges = (n_kv + range_heads - 1) / range_heads;
   if (spread_parts) {
