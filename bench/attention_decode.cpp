@@ -31,10 +31,10 @@ namespace {
 
 constexpr int kQHeads = 32, kKvHeads = 8, kBlock = 16;
 
-// One layer's cache of `blocks` blocks in `mode`, K and V alike, Hadamard rotation.
-std::unique_ptr<KvCache> one_layer_cache(const std::string& mode, int d, int blocks) {
+// A cache of `blocks` blocks and `layers` layers in `mode`, K and V alike, Hadamard rotation.
+std::unique_ptr<KvCache> layers_cache(const std::string& mode, int d, int blocks, int layers = 1) {
   KvCacheShape shape;
-  shape.num_layers = 1;
+  shape.num_layers = layers;
   shape.num_kv_heads = kKvHeads;
   shape.head_dim = d;
   shape.block_size = kBlock;
@@ -57,7 +57,7 @@ Fixture& fixture(const std::string& mode, int ctx, int d) {
   auto it = all.find(key);
   if (it != all.end()) return it->second;
   Fixture& f = all[key];
-  f.cache = one_layer_cache(mode, d, ctx / kBlock + 1);
+  f.cache = layers_cache(mode, d, ctx / kBlock + 1);
   // Every block, in a scrambled order, as a long-running server's pool hands them out.
   f.table.blocks.resize((ctx + kBlock - 1) / kBlock);
   std::iota(f.table.blocks.begin(), f.table.blocks.end(), 0);
@@ -129,7 +129,7 @@ DramFixture& dram_fixture(const std::string& mode, int ctx, int d) {
   if (it != all.end()) return it->second;
   DramFixture& f = all[key];
   const int per_seq = (ctx + kBlock - 1) / kBlock;
-  f.cache = one_layer_cache(mode, d, per_seq * kDramSequences);
+  f.cache = layers_cache(mode, d, per_seq * kDramSequences);
   std::vector<int> order(size_t(per_seq) * kDramSequences);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937 rng(ctx + d);
@@ -193,16 +193,8 @@ LongFixture& long_fixture(const std::string& mode, int ctx, int d) {
   auto it = all.find(key);
   if (it != all.end()) return it->second;
   LongFixture& f = all[key];
-  KvCacheShape shape;
-  shape.num_layers = kLongLayers;
-  shape.num_kv_heads = kKvHeads;
-  shape.head_dim = d;
-  shape.block_size = kBlock;
-  shape.k_dtype = shape.v_dtype = *parse_kv_dtype(mode);
-  KvQuantOptions o;
-  o.rotation = RotationKind::hadamard;
   const int blocks = (ctx + kBlock - 1) / kBlock;
-  f.cache = std::make_unique<KvCache>(shape, blocks, o);
+  f.cache = layers_cache(mode, d, blocks, kLongLayers);
   f.table.blocks.resize(blocks);
   std::iota(f.table.blocks.begin(), f.table.blocks.end(), 0);
   std::mt19937 rng(ctx + d);
