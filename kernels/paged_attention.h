@@ -107,7 +107,7 @@ void combine_attention_parts(int n_parts, const float* part_out, size_t out_stri
 // multiply-add), parts in order.
 void combine_attention_parts_scalar(int n_parts, const float* part_out, size_t out_stride, const float* part_max,
                                     const float* part_sum, size_t stat_stride, int n_heads, int head_dim, float* out);
-// The same, bit for bit, 16 elements at a time (kernels/paged_attention_avx512.cpp), where
+// The same, bit for bit, 16 elements at a time (both in kernels/attention_parts.cpp), where
 // combine_attention_parts_avx512_available(head_dim) (AVX-512F, head_dim % 16 == 0). A decode step
 // at 16k context combines 64 parts per head, 8 % of its attention time with the scalar loop.
 bool combine_attention_parts_avx512_available(int head_dim);
