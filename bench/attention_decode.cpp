@@ -177,7 +177,7 @@ void BM_decode_attention_dram(benchmark::State& state, const std::string& mode) 
 // the part unnormalized, then the parts combined. The third argument is the KV heads per item: 1,
 // or all 8 as the engine takes them at this context on up to 8 threads (model/layer_blocks.cpp
 // heads_per_item: 4 on 9-16 threads). kLongLayers layers of Qwen3-4B's heads (32 query, 8 KV,
-// d 128) in one cache, so a step's K/V (tq4h 0.62 GB, f16 2.4 GB at 16k) come from DRAM, as in
+// d 128) in one cache, so a step's K/V (tq4h and tq4p 0.62 GB, f16 2.4 GB at 16k) come from DRAM, as in
 // `tqserve bench decode` at that context. Reports the KV bytes read per second, all threads.
 constexpr int kLongLayers = 36, kLongPartRows = 256;
 
@@ -309,7 +309,7 @@ void register_all() {
   // int8_value_sums too (kernels/tq_value_sums.h).
   for (const char* mode : {"f16fp", "f16", "q8_0", "q4_0h", "tq4", "tq4h", "tq4+int8k", "tq4h+int8k", "tq4+int8",
                            "tq4h+int8", "tq3h", "tq3h+int8k", "tq3h+int8", "tq2h", "tq2h+int8k", "tq2h+int8",
-                           "tq3.5", "tq3", "tq2"}) {
+                           "tq3.5", "tq3", "tq2", "tq4p", "tq4p+int8"}) {
     const std::string m = mode;
     const bool fp = m == "f16fp";
     const size_t plus = m.find("+int8");
@@ -322,11 +322,12 @@ void register_all() {
       for (int d : {64, 128}) b->Args({ctx, d});
     b->Unit(benchmark::kMicrosecond)->UseRealTime();
   }
-  for (const char* mode : {"f16", "tq4h+int8"}) {
+  for (const char* mode : {"f16", "tq4h+int8", "tq4p+int8"}) {
     const std::string m = mode;
-    const bool int8 = m == "tq4h+int8";
+    const size_t plus = m.find("+int8");
+    const bool int8 = plus != std::string::npos;
     benchmark::RegisterBenchmark(("decode_long/" + m).c_str(),
-                                 [m, int8](benchmark::State& s) { BM_decode_long(s, int8 ? "tq4h" : m, int8); })
+                                 [m, int8, plus](benchmark::State& s) { BM_decode_long(s, m.substr(0, plus), int8); })
         ->Args({16384, 128, 1})
         ->Args({16384, 128, kKvHeads})
         ->Unit(benchmark::kMillisecond)

@@ -55,6 +55,15 @@ void decode_channel_part_scalar(const uint8_t* codes, int dim, int bits, const f
   for (int j = 0; j < dim; ++j) out[j] = levels[idx[j]] * scale;
 }
 
+// A tq4p row's pairs from pair `from` on: out[c] = scale * x of point code[c], out[c + d/2] = its y.
+void decode_pairs_scalar(const uint8_t* codes, int dim, const float* points, float scale, float* out, int from) {
+  const int h = dim / 2;
+  for (int c = from; c < h; ++c) {
+    out[c] = points[2 * codes[c]] * scale;
+    out[c + h] = points[2 * codes[c] + 1] * scale;
+  }
+}
+
 size_t channel_codes_bytes(const CodedRowFormat& f) {
   size_t bytes = 0;
   for (int p = 0; p < f.parts; ++p) bytes += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
@@ -93,6 +102,10 @@ void check_coded_row_format(const CodedRowFormat& f) {
       if (total != f.dim) fail("channel-bit KV row parts cover {} coordinates, head_dim is {}", total, f.dim);
       return;
     }
+    case RowCodec::TQ_PAIRS:
+      if (f.dim % 2 != 0) fail("tq4p KV rows need an even head_dim, got {}", f.dim);
+      if (!f.levels) fail("tq4p KV rows need their codebook's points");
+      return;
   }
   fail("unknown KV row codec {}", int(f.codec));
 }
@@ -107,6 +120,7 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::TQ: return tq_row_bytes(f.dim, f.bits) - (f.f16_scale ? 2 : 0);
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
     case RowCodec::TQ_CHANNELS: return channel_codes_bytes(f) + 2;
+    case RowCodec::TQ_PAIRS: return size_t(f.dim) / 2 + 2;
   }
   return 0;
 }
@@ -151,6 +165,9 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
       }
       return;
     }
+    case RowCodec::TQ_PAIRS:
+      decode_pairs_scalar(row, d, f.levels, fp16_at(row + d / 2), out, 0);
+      return;
   }
 }
 
@@ -267,6 +284,20 @@ TQ_AVX2 void decode_channel_part(const uint8_t* codes, int dim, int bits, const 
     _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_i32gather_ps(levels, load8_u8(idx + j), 4), s));
 }
 
+// tq4p: 8 codes at a time, each point's x and y gathered and scaled (one rounded product each, as
+// the scalar decoder); a tail of fewer than 8 pairs decoded by the scalar loop.
+TQ_AVX2 void decode_pairs(const uint8_t* codes, int d, const float* points, float scale, float* out) {
+  const int h = d / 2;
+  const __m256 s = _mm256_set1_ps(scale);
+  int c = 0;
+  for (; c + 8 <= h; c += 8) {
+    const __m256i at = _mm256_slli_epi32(load8_u8(codes + c), 1);
+    _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_i32gather_ps(points, at, 4), s));
+    _mm256_storeu_ps(out + c + h, _mm256_mul_ps(_mm256_i32gather_ps(points + 1, at, 4), s));
+  }
+  decode_pairs_scalar(codes, d, points, scale, out, c);
+}
+
 TQ_AVX2 void decode_q8_0(const uint8_t* row, int d, float* out) {
   for (int b = 0; b < d / kBlock; ++b, row += sizeof(BlockQ8_0), out += kBlock) {
     const __m256 s = _mm256_set1_ps(fp16_at(row + offsetof(BlockQ8_0, d)));
@@ -379,6 +410,12 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
       }
       return;
     }
+    case RowCodec::TQ_PAIRS:
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        decode_pairs(row, d, f.levels, fp16_at(row + d / 2), out + i * out_stride);
+      }
+      return;
   }
 }
 

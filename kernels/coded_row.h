@@ -14,13 +14,16 @@
 //   TQ_CHANNELS       channel-bit rows (quant/channel_bits.h): runs of coordinates ("parts"),
 //                     each at its own bit width 0..6 with its own levels, then one fp16 scale;
 //                     decodes to scale * levels_p[idx] (0 for a 0-bit part).
+//   TQ_PAIRS          tq4p rows (quant/pair_codebook.h): byte c is the index of a 2-D point
+//                     (levels[2i], levels[2i + 1]) holding coordinates c and c + dim/2, then an
+//                     fp16 scale; decodes to scale * point coordinates.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 namespace tq {
 
-enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT, TQ_CHANNELS };
+enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT, TQ_CHANNELS, TQ_PAIRS };
 
 inline constexpr int kMaxChannelParts = 7;  // one per bit width 0..6
 
@@ -29,7 +32,8 @@ struct CodedRowFormat {
   int dim = 0;                       // head_dim
   int bits = 0;                      // TQ: bits; TQ_SPLIT: bits of the first half
   int bits_lo = 0;                   // TQ_SPLIT: bits of the second half
-  const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels
+  const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels;
+                                     // TQ_PAIRS: [256][2] points
   const float* levels_lo = nullptr;  // TQ_SPLIT second half: [2^bits_lo]
   bool f16_scale = false;            // TQ: the scale after the codes is fp16, not fp32
   // TQ_CHANNELS: `parts` runs of part_dims[i] coordinates (multiples of 8, summing to dim) at

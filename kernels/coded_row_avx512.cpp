@@ -172,6 +172,7 @@ bool coded_row_avx512_available(const CodedRowFormat& f) {
     case RowCodec::TQ_SPLIT:
       return tq_avx512_bits(f.bits, f.dim / 2) && tq_avx512_bits(f.bits_lo, f.dim / 2);
     case RowCodec::TQ_CHANNELS:
+    case RowCodec::TQ_PAIRS:
       return false;
   }
   return false;
@@ -217,6 +218,7 @@ TQ_AVX512 void decode_coded_rows_avx512(const CodedRowFormat& f, const uint8_t* 
       return;
     }
     case RowCodec::TQ_CHANNELS:
+    case RowCodec::TQ_PAIRS:
       break;
   }
   decode_coded_rows_avx2(f, first, row_stride, n, out, out_stride);  // not reached when available

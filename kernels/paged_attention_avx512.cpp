@@ -193,21 +193,22 @@ inline bool coded_tile(const PagedAttentionArgs& a, int t0, int n) {
 // it is asked per call, that is per layer, part and side, for the same few tables, and its
 // rounding showed in decode profiles (~1 %). Compared by content, so a table that changes or
 // moves is simply computed again.
-Int8Levels int8_levels_of_last(const float* levels, int count) {
+Int8Levels int8_levels_of_last(const CodedRowFormat& f) {
   struct Entry {
     int count = 0;
-    float levels[16];
+    float levels[512];
     Int8Levels result;
   };
   thread_local Entry entries[2];
   thread_local int next = 0;
+  const int count = f.codec == RowCodec::TQ_PAIRS ? 512 : 1 << f.bits;
   for (const Entry& e : entries)
-    if (e.count == count && std::memcmp(e.levels, levels, sizeof(float) * size_t(count)) == 0) return e.result;
+    if (e.count == count && std::memcmp(e.levels, f.levels, sizeof(float) * size_t(count)) == 0) return e.result;
   Entry& e = entries[next];
   next ^= 1;
-  e.result = int8_levels(levels, count);
+  e.result = int8_levels_of(f);
   e.count = count;
-  std::memcpy(e.levels, levels, sizeof(float) * size_t(count));
+  std::memcpy(e.levels, f.levels, sizeof(float) * size_t(count));
   return e.result;
 }
 
@@ -243,8 +244,8 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
   // and their factors; a query with a non-finite value in a head is scored in fp32.
   const bool int8_scores =
-      ref.int8_key_scores && tq_key_scores_format(ref.k.format) && tq_key_scores_avx512_available();
-  const Int8Levels levels8 = int8_scores ? int8_levels_of_last(ref.k.format.levels, 1 << ref.k.format.bits) : Int8Levels{};
+      ref.int8_key_scores && tq_key_scores_format(ref.k.format) && tq_key_scores_avx512_available(ref.k.format);
+  const Int8Levels levels8 = int8_scores ? int8_levels_of_last(ref.k.format) : Int8Levels{};
   thread_local std::vector<int8_t> q8;          // [n_queries, group, d]
   thread_local std::vector<float> factor;       // [n_queries, group]
   thread_local std::vector<int32_t> q_sum;      // [n_queries, group]
@@ -260,7 +261,7 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   const bool int8_sums =
       ref.int8_value_sums && tq_value_sums_format(ref.v.format) && tq_value_sums_avx512_available();
   const Int8Levels value_levels8 =
-      int8_sums ? int8_levels_of_last(ref.v.format.levels, 1 << ref.v.format.bits) : Int8Levels{};
+      int8_sums ? int8_levels_of_last(ref.v.format) : Int8Levels{};
   float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
   static_assert(kMaxGroup <= kInt8SumMaxHeads);
   // ref's tile of value rows as the summer reads them. A query shorter than ref reads it too: the

@@ -11,6 +11,7 @@
 #include "errors/error.h"
 #include "kernels/tq_low_bit_codes.h"
 #include "kernels/tq_packing.h"
+#include "kernels/tq_pair_codes.h"
 #include "kernels/tq_row_scales.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,6 +40,30 @@ Int8Levels int8_levels(const float* levels, int count) {
   return out;
 }
 
+Int8Levels int8_pair_levels(const float* points) {
+  Int8Levels out;
+  float top = 0;
+  for (int k = 0; k < 512; ++k) top = std::max(top, std::fabs(points[k]));
+  out.scale = top / 127.0f;
+  for (int k = 0; k < 256; ++k) {
+    out.px[k] = top > 0 ? round_to_int8(points[2 * k] / out.scale) : 0;
+    out.py[k] = top > 0 ? round_to_int8(points[2 * k + 1] / out.scale) : 0;
+  }
+  out.pairs_mirrored = true;
+  for (int k = 0; k < 256; ++k) {
+    const int m = 192 + k % 64;
+    const bool x_positive = k & 128, y_positive = k & 64;
+    out.pairs_mirrored = out.pairs_mirrored && out.px[m] > 0 && out.py[m] > 0 &&
+                         out.px[k] == (x_positive ? out.px[m] : -out.px[m]) && out.py[k] == (y_positive ? out.py[m] : -out.py[m]);
+  }
+  return out;
+}
+
+Int8Levels int8_levels_of(const CodedRowFormat& f) {
+  if (!f.levels) fail("int8 levels: the row format has no codebook");
+  return f.codec == RowCodec::TQ_PAIRS ? int8_pair_levels(f.levels) : int8_levels(f.levels, 1 << f.bits);
+}
+
 bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_t* sum) {
   float top = 0;
   for (int j = 0; j < d; ++j) {
@@ -57,8 +82,8 @@ bool quantize_query_int8(const float* q, int d, int8_t* q8, float* scale, int32_
 }
 
 bool tq_key_scores_format(const CodedRowFormat& f) {
-  return f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4 && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) &&
-         f.levels != nullptr;
+  const bool codes = (f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4) || (f.codec == RowCodec::TQ_PAIRS && f.bits == 4 && f.f16_scale);
+  return codes && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) && f.levels != nullptr;
 }
 
 float tq_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,
@@ -66,10 +91,15 @@ float tq_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int
   if (!tq_key_scores_format(f))
     fail("tq key scores: rows of {} bits at head_dim {} are not scored here (TurboQuant, 2-4 bits, head_dim 64-512)",
          f.bits, f.dim);
-  uint8_t idx[512];
-  unpack_indices(row, f.dim, f.bits, idx);
   int32_t dot = 0;
-  for (int c = 0; c < f.dim; ++c) dot += int32_t{levels.c8[idx[c]]} * q8[c];
+  if (f.codec == RowCodec::TQ_PAIRS) {
+    const int h = f.dim / 2;
+    for (int c = 0; c < h; ++c) dot += int32_t{levels.px[row[c]]} * q8[c] + int32_t{levels.py[row[c]]} * q8[c + h];
+  } else {
+    uint8_t idx[512];
+    unpack_indices(row, f.dim, f.bits, idx);
+    for (int c = 0; c < f.dim; ++c) dot += int32_t{levels.c8[idx[c]]} * q8[c];
+  }
   return static_cast<float>(dot) * factor * tq_rows::row_scale(f, row);
 }
 
@@ -139,32 +169,15 @@ TQ_VNNI inline void store_scores(const __m512i acc[2][4], int32_t q_sum, float f
   _mm512_storeu_ps(out, _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, s));
 }
 
-// CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
-// coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h). The tile's
-// rows go in 4 groups of 4, a group's 16-byte runs in the 128-bit lanes (row q in lane q), each
-// run's low and high nibbles made table bytes once; per head, the query's 16 coordinates of each
-// broadcast to the 4 lanes and one vpdpbusd per group, run and nibble, into two accumulators per
-// group (two dependency chains), summed per row at the end.
+// The heads' scores of a tile whose codes are table bytes: codes[u][0 / 1][g] covers coordinates
+// 16u + [0, 16) and d/2 + 16u + [0, 16) of group g's 4 rows (row q in lane q). Per head, the
+// query's 16 coordinates of each broadcast to the 4 lanes and one vpdpbusd per group, run and
+// half, into two accumulators per group (two dependency chains), summed per row at the end.
 template <int CHUNKS>
-TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
-                           const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
-                           const Int8Levels& levels, float* scores) {
+TQ_VNNI __attribute__((always_inline)) inline void score_heads(const __m512i codes[2 * CHUNKS][2][4], const CodedRowFormat& f,
+                                                               const uint8_t* const rows[kInt8ScoreTile], int n, const int8_t* q8,
+                                                               const int32_t* q_sum, const float* factor, int heads, float* scores) {
   constexpr int d = 64 * CHUNKS, half = d / 2;
-  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
-  const uint8_t* const* r = tile_rows.r;
-  const __m512i lut = biased_level_table(levels);
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  // codes[u][0 / 1][g]: run u (code bytes [16u, 16u + 16)) of group g's rows, low and high nibbles
-  // (coordinates 16u + [0, 16) and d/2 + 16u + [0, 16)), as table bytes.
-  __m512i codes[2 * CHUNKS][2][4];
-#pragma GCC unroll 16
-  for (int u = 0; u < 2 * CHUNKS; ++u)
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m512i x = tq_low_bits::lanes16(r + 4 * g, 16 * u);
-      codes[u][0][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
-      codes[u][1][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
-    }
   const __m512 row_scale_v = tq_rows::row_scales_avx512(f, rows, n);
   const __mmask16 live = n >= kInt8ScoreTile ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   for (int h = 0; h < heads; ++h) {
@@ -185,6 +198,55 @@ TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kI
       }
     store_scores(acc, q_sum[h], factor[h], row_scale_v, live, scores + size_t(h) * kInt8ScoreTile);
   }
+}
+
+// CHUNKS = d / 64: chunk c is code bytes [32c, 32c + 32) of a row, whose low nibbles are
+// coordinates 32c .. 32c + 31 and high nibbles d/2 + 32c .. (kernels/tq_packing.h). The tile's
+// rows go in 4 groups of 4, a group's 16-byte runs in the 128-bit lanes (row q in lane q), each
+// run's low and high nibbles made table bytes once, then score_heads.
+template <int CHUNKS>
+TQ_VNNI void scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                           const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                           const Int8Levels& levels, float* scores) {
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
+  const __m512i lut = biased_level_table(levels);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // codes[u][0 / 1][g]: run u (code bytes [16u, 16u + 16)) of group g's rows, low and high nibbles
+  // (coordinates 16u + [0, 16) and d/2 + 16u + [0, 16)), as table bytes.
+  __m512i codes[2 * CHUNKS][2][4];
+#pragma GCC unroll 16
+  for (int u = 0; u < 2 * CHUNKS; ++u)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i x = tq_low_bits::lanes16(r + 4 * g, 16 * u);
+      codes[u][0][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(x, nibble));
+      codes[u][1][g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
+    }
+  score_heads<CHUNKS>(codes, f, rows, n, q8, q_sum, factor, heads, scores);
+}
+
+// tq4p rows: the 4-bit scorer with each code byte looked up twice (kernels/tq_pair_codes.h), its
+// point's x for coordinate c and its y for d/2 + c (the coordinates of a 4-bit byte's nibbles).
+#define TQ_VNNI_VBMI __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi,f16c")))
+template <int CHUNKS>
+TQ_VNNI_VBMI void scores_pairs_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
+                                      const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
+                                      const Int8Levels& levels, float* scores) {
+  const tq_rows::TileRows tile_rows = tq_rows::rows_or_zero(rows, n);
+  const uint8_t* const* r = tile_rows.r;
+  const tq_pair_codes::Table x_table = tq_pair_codes::load_table(levels.px, 7);
+  const tq_pair_codes::Table y_table = tq_pair_codes::load_table(levels.py, 6);
+  __m512i codes[2 * CHUNKS][2][4];
+#pragma GCC unroll 16
+  for (int u = 0; u < 2 * CHUNKS; ++u)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i x = tq_low_bits::lanes16(r + 4 * g, 16 * u);
+      codes[u][0][g] = tq_pair_codes::lookup<128>(x_table, x);
+      codes[u][1][g] = tq_pair_codes::lookup<128>(y_table, x);
+    }
+  score_heads<CHUNKS>(codes, f, rows, n, q8, q_sum, factor, heads, scores);
 }
 
 // 2 and 3 bits, RUNS = d / 64 runs of 16 code bytes (kernels/tq_low_bit_codes.h): the tile's rows
@@ -250,9 +312,23 @@ bool tq_key_scores_avx512_available() {
   return cpu;
 }
 
+bool tq_key_scores_avx512_available(const CodedRowFormat& f) {
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return tq_key_scores_avx512_available() && (f.codec != RowCodec::TQ_PAIRS || vbmi);
+}
+
 void tq_key_scores_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8ScoreTile], int n,
                            const int8_t* q8, const int32_t* q_sum, const float* factor, int heads,
                            const Int8Levels& levels, float* scores) {
+  if (f.codec == RowCodec::TQ_PAIRS) {
+    if (!levels.pairs_mirrored) fail("tq key scores: the tq4p points are not in the mirror-symmetric layout the AVX-512 scorer reads");
+    switch (f.dim) {
+      case 64: return scores_pairs_avx512<1>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+      case 128: return scores_pairs_avx512<2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+      case 256: return scores_pairs_avx512<4>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+      default: return scores_pairs_avx512<8>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
+    }
+  }
   if (f.bits == 2) return scores_low_bits_avx512<2>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
   if (f.bits == 3) return scores_low_bits_avx512<3>(f, rows, n, q8, q_sum, factor, heads, levels, scores);
   switch (f.dim) {
@@ -271,6 +347,7 @@ bool quantize_query_int8_avx512(const float* q, int d, int8_t* q8, float* scale,
 #else
 
 bool tq_key_scores_avx512_available() { return false; }
+bool tq_key_scores_avx512_available(const CodedRowFormat&) { return false; }
 
 bool quantize_query_int8_avx512(const float*, int, int8_t*, float*, int32_t*) {
   fail("int8 query: the AVX-512 quantizer is not built for this architecture");

@@ -22,13 +22,21 @@ namespace tq {
 
 constexpr int kInt8ScoreTile = 16;  // rows scored together by the AVX-512 scorer
 
-// The int8 form of one codebook: level k = c8[k] * scale.
+// The int8 form of one codebook: level k = c8[k] * scale; for tq4p rows (RowCodec::TQ_PAIRS)
+// point k = (px[k], py[k]) * scale instead, and pairs_mirrored says the points have the
+// mirror-symmetric layout the AVX-512 kernels read them by (kernels/tq_pair_codes.h).
 struct Int8Levels {
   int8_t c8[16] = {};
   float scale = 0;
+  int8_t px[256] = {}, py[256] = {};
+  bool pairs_mirrored = false;
 };
 // levels: [count] (16, or 8 and 4 for the value sums of 3- and 2-bit rows); c8 past count are 0.
 Int8Levels int8_levels(const float* levels, int count = 16);
+// points: [256][2], one scale for both coordinates.
+Int8Levels int8_pair_levels(const float* points);
+// The int8 form of a format's codebook: int8_pair_levels for TQ_PAIRS, else int8_levels of its 2^bits levels.
+Int8Levels int8_levels_of(const CodedRowFormat& f);
 
 // One query head in int8: q_j = q8[j] * scale; *sum = sum_j q8[j] (the scorer's offset). Fails
 // (returns false) when q holds a non-finite value or its largest magnitude is so small (below
@@ -42,10 +50,13 @@ inline float int8_score_factor(float q_scale, const Int8Levels& levels, float at
   return q_scale * levels.scale * attention_scale;
 }
 
-// Whether rows of this format can be scored here: TurboQuant, 2 to 4 bits, head_dim 64, 128, 256 or 512.
+// Whether rows of this format can be scored here: TurboQuant at 2 to 4 bits or tq4p pairs, head_dim
+// 64, 128, 256 or 512.
 bool tq_key_scores_format(const CodedRowFormat& f);
-// Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI, F16C).
+// Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI, F16C), and for tq4p rows also
+// AVX-512 VBMI (their 256-entry table lookups).
 bool tq_key_scores_avx512_available();
+bool tq_key_scores_avx512_available(const CodedRowFormat& f);
 
 // The reference: the score of one stored row (codes then scale, kernels/tq_packing.h).
 float tq_key_score_scalar(const CodedRowFormat& f, const uint8_t* row, const int8_t* q8, float factor,

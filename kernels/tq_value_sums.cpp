@@ -12,6 +12,7 @@
 #include "kernels/tq_row_scales.h"
 #include "kernels/tq_low_bit_codes.h"
 #include "kernels/tq_packing.h"
+#include "kernels/tq_pair_codes.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's 512-bit broadcast and insert intrinsics pass an undefined vector as the unused merge
@@ -59,8 +60,8 @@ void check_tile(const CodedRowFormat& f, int n) {
 }  // namespace
 
 bool tq_value_sums_format(const CodedRowFormat& f) {
-  return f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4 &&
-         (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) && f.levels != nullptr;
+  const bool codes = (f.codec == RowCodec::TQ && f.bits >= 2 && f.bits <= 4) || (f.codec == RowCodec::TQ_PAIRS && f.bits == 4 && f.f16_scale);
+  return codes && (f.dim == 64 || f.dim == 128 || f.dim == 256 || f.dim == 512) && f.levels != nullptr;
 }
 
 bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n, const float* p,
@@ -74,12 +75,20 @@ bool tq_value_sums_scalar(const CodedRowFormat& f, const uint8_t* const rows[kIn
   float factor[kMaxHeads];
   for (int h = 0; h < heads; ++h)
     if (!quantize_weights(p + h * kInt8SumTile, s, n, levels.scale, w8[h], factor + h)) return false;
-  uint8_t idx[kInt8SumTile][512];  // the rows' codes, one byte per coordinate
-  for (int i = 0; i < n; ++i) unpack_indices(rows[i], d, f.bits, idx[i]);
+  int8_t level[kInt8SumTile][512];  // the rows' int8 levels, one per coordinate
+  for (int i = 0; i < n; ++i) {
+    if (f.codec == RowCodec::TQ_PAIRS) {
+      for (int c = 0; c < d / 2; ++c) level[i][c] = levels.px[rows[i][c]], level[i][c + d / 2] = levels.py[rows[i][c]];
+    } else {
+      uint8_t idx[512];
+      unpack_indices(rows[i], d, f.bits, idx);
+      for (int c = 0; c < d; ++c) level[i][c] = levels.c8[idx[c]];
+    }
+  }
   for (int h = 0; h < heads; ++h)
     for (int c = 0; c < d; ++c) {
       int32_t dot = 0;
-      for (int i = 0; i < n; ++i) dot += int32_t{w8[h][i]} * levels.c8[idx[i][c]];
+      for (int i = 0; i < n; ++i) dot += int32_t{w8[h][i]} * level[i][c];
       float& a = acc[size_t(h) * d + c];
       a = std::fma(static_cast<float>(dot), factor[h], a * correction[h]);
     }
@@ -132,7 +141,9 @@ TQ_VBMI inline __m512i row_pair(const uint8_t* a, const uint8_t* b, int at) {
 // permutation of two registers (rows 4k, 4k+1 and 4k+2, 4k+3) puts the 4 rows' code bytes of 16
 // byte positions in 32-bit lanes, and a mask (low nibbles) or shift and mask (high) and a table
 // lookup make level bytes of them: the tile's registers for two blocks of 16 coordinates, group k.
-template <int CHUNKS>
+// PAIRS (tq4p rows): each permuted code byte is a point (kernels/tq_pair_codes.h), its x for
+// coordinate 32c + 16m + j and its y for d/2 + 32c + 16m + j, in the places of the nibbles.
+template <int CHUNKS, bool PAIRS = false>
 TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                          const Int8Levels& levels, TqValueTile* tile) {
   constexpr int half = 32 * CHUNKS;
@@ -145,6 +156,8 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
   for (int k = 0; k < 16; ++k) table[k] = levels.c8[k];
   const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const tq_pair_codes::Table x_table = tq_pair_codes::load_table(levels.px, 7);
+  const tq_pair_codes::Table y_table = tq_pair_codes::load_table(levels.py, 6);
   const __m512i interleave[2] = {_mm512_load_si512(kInterleave.bytes[0]), _mm512_load_si512(kInterleave.bytes[1])};
 #pragma GCC unroll 8
   for (int c = 0; c < CHUNKS; ++c)
@@ -156,9 +169,11 @@ TQ_VBMI void tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt
         // The code bytes permuted whole: each byte's low nibble is coordinate 32c + 16m + j, its
         // high nibble d/2 + 32c + 16m + j, both already in their rows' places.
         const __m512i y = _mm512_permutex2var_epi8(x0, interleave[m], x1);
-        _mm512_store_si512(tile->levels[(32 * c + 16 * m) / 16][k], _mm512_shuffle_epi8(lut, _mm512_and_si512(y, nibble)));
-        _mm512_store_si512(tile->levels[(half + 32 * c + 16 * m) / 16][k],
-                           _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(y, 4), nibble)));
+        const __m512i low = PAIRS ? tq_pair_codes::lookup<0>(x_table, y) : _mm512_shuffle_epi8(lut, _mm512_and_si512(y, nibble));
+        const __m512i high = PAIRS ? tq_pair_codes::lookup<0>(y_table, y)
+                                   : _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(y, 4), nibble));
+        _mm512_store_si512(tile->levels[(32 * c + 16 * m) / 16][k], low);
+        _mm512_store_si512(tile->levels[(half + 32 * c + 16 * m) / 16][k], high);
       }
     }
 }
@@ -261,6 +276,15 @@ bool tq_value_sums_avx512_available() {
 void tq_value_tile_avx512(const CodedRowFormat& f, const uint8_t* const rows[kInt8SumTile], int n,
                            const Int8Levels& levels, TqValueTile* tile) {
   check_tile(f, n);
+  if (f.codec == RowCodec::TQ_PAIRS) {
+    if (!levels.pairs_mirrored) fail("tq value sums: the tq4p points are not in the mirror-symmetric layout the AVX-512 summer reads");
+    switch (f.dim) {
+      case 64: return tile_avx512<1, true>(f, rows, n, levels, tile);
+      case 128: return tile_avx512<2, true>(f, rows, n, levels, tile);
+      case 256: return tile_avx512<4, true>(f, rows, n, levels, tile);
+      default: return tile_avx512<8, true>(f, rows, n, levels, tile);
+    }
+  }
   if (f.bits == 2) return tile_low_bits_avx512<2>(f, rows, n, levels, tile);
   if (f.bits == 3) return tile_low_bits_avx512<3>(f, rows, n, levels, tile);
   switch (f.dim) {

@@ -8,6 +8,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/ggml_blocks.h"
 #include "kernels/tq_packing.h"
+#include "quant/pair_codebook.h"
 
 namespace tq {
 
@@ -22,7 +23,7 @@ constexpr NamedDtype kDtypes[] = {
     {KvDtype::Q4_0, "q4_0"}, {KvDtype::Q4_0H, "q4_0h"}, {KvDtype::TQ4, "tq4"},  {KvDtype::TQ3, "tq3"},
     {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"}, {KvDtype::TQ4H, "tq4h"},
     {KvDtype::TQ3H, "tq3h"}, {KvDtype::TQ2H, "tq2h"},
-    {KvDtype::TQ4C, "tq4c"}, {KvDtype::TQ3C, "tq3c"}, {KvDtype::TQ2C, "tq2c"},
+    {KvDtype::TQ4C, "tq4c"}, {KvDtype::TQ3C, "tq3c"}, {KvDtype::TQ2C, "tq2c"}, {KvDtype::TQ4P, "tq4p"},
 };
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -71,13 +72,16 @@ bool kv_dtype_is_channel_bits(KvDtype dtype) {
   return dtype == KvDtype::TQ4C || dtype == KvDtype::TQ3C || dtype == KvDtype::TQ2C;
 }
 
+bool kv_dtype_is_pairs(KvDtype dtype) { return dtype == KvDtype::TQ4P; }
+
 bool kv_dtype_is_rotated(KvDtype dtype) { return dtype == KvDtype::Q4_0H || kv_dtype_is_tq(dtype); }
 
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::TQ4:
     case KvDtype::TQ4H:
-    case KvDtype::TQ4C: return {4, 4};
+    case KvDtype::TQ4C:
+    case KvDtype::TQ4P: return {4, 4};
     case KvDtype::TQ3:
     case KvDtype::TQ3H:
     case KvDtype::TQ3C: return {3, 3};
@@ -111,7 +115,9 @@ void check_kv_dtype(KvDtype dtype, int head_dim, bool hadamard_rotation) {
   }
   const int rotated_dim = kv_dtype_is_split(dtype) ? head_dim / 2 : head_dim;
   try {
-    if (kv_dtype_is_split(dtype)) {
+    if (kv_dtype_is_pairs(dtype)) {
+      check_tq_pair_row_shape(head_dim);
+    } else if (kv_dtype_is_split(dtype)) {
       check_tq_split_row_shape(head_dim, hi, lo);
     } else {
       check_tq_row_shape(head_dim, hi);
@@ -138,6 +144,7 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
   const auto [hi, lo] = kv_dtype_tq_bits(dtype);
   if (kv_dtype_is_split(dtype)) return tq_split_row_bytes(head_dim, hi, lo);
   if (kv_dtype_is_channel_bits(dtype)) return d * hi / 8 + 2;
+  if (kv_dtype_is_pairs(dtype)) return tq_pair_row_bytes(head_dim);
   return tq_row_bytes(head_dim, hi) - (kv_dtype_has_f16_norm(dtype) ? 2 : 0);
 }
 

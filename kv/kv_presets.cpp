@@ -4,7 +4,7 @@ namespace tq {
 
 namespace {
 constexpr KvPreset kPresets[] = {
-    {"tq4", KvDtype::TQ4H, KvDtype::TQ4H},
+    {"tq4", KvDtype::TQ4P, KvDtype::TQ4P},
     {"tq3", KvDtype::TQ3H, KvDtype::TQ3H},
     {"tq2", KvDtype::TQ2H, KvDtype::TQ2H},
 };

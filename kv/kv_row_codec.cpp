@@ -55,6 +55,7 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
     // the levels it holds.
     if (!kv_dtype_is_split(dtype) && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
       cb_hi_ = snapped_to_int8_grid(std::move(cb_hi_));
+    if (kv_dtype_is_pairs(dtype)) pairs_ = &pair_codebook(d_, o.int8_key_scores || o.int8_value_sums);
   }
   if (kv_dtype_is_channel_bits(dtype)) {
     const int bits = kv_dtype_tq_bits(dtype).first;
@@ -164,6 +165,13 @@ CodedRowFormat KvRowCodec::row_format() const {
       }
       return f;
     }
+    if (pairs_) {
+      f.codec = RowCodec::TQ_PAIRS;
+      f.bits = 4;
+      f.f16_scale = true;
+      f.levels = pairs_->points.data();
+      return f;
+    }
     f.codec = kv_dtype_is_split(dtype_) ? RowCodec::TQ_SPLIT : RowCodec::TQ;
     f.f16_scale = kv_dtype_has_f16_norm(dtype_);
     f.bits = cb_hi_.bits;
@@ -268,6 +276,10 @@ void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
     float y[kMaxDim];
     to_storage(x, head, y);
     encode_channel_row(y, channels_.layout, channel_codebooks_, channel_sigma(head), row);
+    return;
+  }
+  if (pairs_) {
+    tq_encode_pair_row(x, *pairs_, rot_, row, scale_mode_);
     return;
   }
   if (kv_dtype_has_f16_norm(dtype_)) {  // the fp32 row, its scale then rounded to fp16

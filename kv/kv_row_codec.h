@@ -16,6 +16,7 @@
 #include "kv/kv_dtype.h"
 #include "quant/channel_bits.h"
 #include "quant/codebook.h"
+#include "quant/pair_codebook.h"
 #include "quant/rotation.h"
 #include "quant/tq_row.h"
 
@@ -135,6 +136,7 @@ class KvRowCodec {
   std::vector<std::vector<float>> scale_;   // per KV head, or empty
   ChannelCoding channels_;                  // channel-bit dtypes
   std::vector<Codebook> channel_codebooks_;  // [bits], standard normal, for the widths the layout uses
+  const PairCodebook* pairs_ = nullptr;      // tq4p: the shared codebook for head_dim
 
   const float* channel_basis(int head) const;  // [d*d]
   const float* channel_sigma(int head) const;  // [d]

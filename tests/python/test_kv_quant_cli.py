@@ -28,7 +28,7 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     assert modes["tq3c"]["bytes_per_token"] == modes["tq3h"]["bytes_per_token"]  # channel bits: same bytes
     # The presets: their row formats, the default windows and what one 1024-token sequence costs.
     presets = {p["mode"]: p for p in info["kv_presets"]}
-    assert [presets[m]["k"] for m in ("tq4", "tq3", "tq2")] == ["tq4h", "tq3h", "tq2h"]
+    assert [presets[m]["k"] for m in ("tq4", "tq3", "tq2")] == ["tq4p", "tq3h", "tq2h"]
     for p in presets.values():
         assert p["windows"] == "sink 4, recent 24, q8_0"
     # 28 window rows of q8_0 (8.5 bits) per 1024 tokens on top of the rows' own bits.
@@ -141,7 +141,8 @@ FORTUNE_CORPUS = Path(__file__).resolve().parents[2] / "tools" / "fortune_corpus
 @unsanitized_only("figures, not memory: the unsanitized run bounds them (this one takes ~2 min there)")
 def test_presets_keep_their_documented_fidelity(tqserve, smollm2, tmp_path):
     # docs/FIDELITY.md, "CI bounds": 2 windows of 1024 tokens of the fortunes corpus, fp32 weights, default
-    # windows. Bounds are the documented figures with a 15 % margin on KLD and 1.5 points on top-1.
+    # windows. Bounds are the documented figures with a 15 % margin on KLD and 1.5 points on top-1
+    # (tq4's since its rows became tq4p, session 28).
     corpus = tmp_path / "corpus.txt"
     proc = subprocess.run(["bash", str(FORTUNE_CORPUS)], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -152,7 +153,7 @@ def test_presets_keep_their_documented_fidelity(tqserve, smollm2, tmp_path):
                              "--plot", "", "--json").stdout)
     assert out["tokens"] == 1022
     modes = {m["mode"]: m for m in out["modes"]}
-    documented = {"q4_0h": (0.00550, 0.9618), "tq4": (0.00391, 0.9579), "tq3": (0.01782, 0.9178),
+    documented = {"q4_0h": (0.00550, 0.9618), "tq4": (0.00373, 0.9658), "tq3": (0.01782, 0.9178),
                   "tq2": (0.13443, 0.8180)}
     for mode, (kld, top1) in documented.items():
         assert modes[mode]["kld_mean"] <= kld * 1.15, mode

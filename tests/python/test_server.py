@@ -38,7 +38,7 @@ def test_models_reports_the_kv_mode(server, client):
     assert entry["kv_cache_dtype"] == server.mode and entry["max_model_len"] == 2048
     # The whole layout: a quantized mode names its row formats and its full-precision windows.
     if server.mode == "tq4":
-        assert entry["kv_cache"] == "tq4 (tq4h), full-precision windows: sink 4, recent 24, q8_0"
+        assert entry["kv_cache"] == "tq4 (tq4p), full-precision windows: sink 4, recent 24, q8_0"
     else:
         assert entry["kv_cache"] == server.mode
 
