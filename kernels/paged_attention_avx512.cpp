@@ -243,9 +243,12 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   acc.resize(size_t(n_queries) * group * d);
   // Integer key scores (PagedAttentionArgs::int8_key_scores): per query, its group's heads in int8
   // and their factors; a query with a non-finite value in a head is scored in fp32.
-  const bool int8_scores =
+  // tq4p points out of the mirror layout the AVX-512 kernels read (kernels/tq_pair_codes.h) take
+  // the fp32 paths; the engine's codebook is always in it.
+  const bool int8_scores_format =
       ref.int8_key_scores && tq_key_scores_format(ref.k.format) && tq_key_scores_avx512_available(ref.k.format);
-  const Int8Levels levels8 = int8_scores ? int8_levels_of_last(ref.k.format) : Int8Levels{};
+  const Int8Levels levels8 = int8_scores_format ? int8_levels_of_last(ref.k.format) : Int8Levels{};
+  const bool int8_scores = int8_scores_format && (ref.k.format.codec != RowCodec::TQ_PAIRS || levels8.pairs_mirrored);
   thread_local std::vector<int8_t> q8;          // [n_queries, group, d]
   thread_local std::vector<float> factor;       // [n_queries, group]
   thread_local std::vector<int32_t> q_sum;      // [n_queries, group]
@@ -258,10 +261,10 @@ TQ_AVX512 void attention_avx512_impl(const PagedAttentionArgs* queries, int n_qu
   int8_query.assign(n_queries, 0);
   // Integer value sums (PagedAttentionArgs::int8_value_sums) for the tiles a query reads wholly
   // from the coded pages; a tile whose weights cannot be rounded to bytes is summed in fp32.
-  const bool int8_sums =
+  const bool int8_sums_format =
       ref.int8_value_sums && tq_value_sums_format(ref.v.format) && tq_value_sums_avx512_available();
-  const Int8Levels value_levels8 =
-      int8_sums ? int8_levels_of_last(ref.v.format) : Int8Levels{};
+  const Int8Levels value_levels8 = int8_sums_format ? int8_levels_of_last(ref.v.format) : Int8Levels{};
+  const bool int8_sums = int8_sums_format && (ref.v.format.codec != RowCodec::TQ_PAIRS || value_levels8.pairs_mirrored);
   float kept[kMaxGroup];  // [group]: what a head's accumulator is multiplied by before a tile's sum
   static_assert(kMaxGroup <= kInt8SumMaxHeads);
   // ref's tile of value rows as the summer reads them. A query shorter than ref reads it too: the

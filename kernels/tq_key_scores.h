@@ -54,7 +54,7 @@ inline float int8_score_factor(float q_scale, const Int8Levels& levels, float at
 // 64, 128, 256 or 512.
 bool tq_key_scores_format(const CodedRowFormat& f);
 // Whether this CPU runs the AVX-512 scorer (AVX-512F, BW, VNNI, F16C), and for tq4p rows also
-// AVX-512 VBMI (their 256-entry table lookups).
+// AVX-512 VBMI (their lookups: a 64-entry byte permute and a sign bit).
 bool tq_key_scores_avx512_available();
 bool tq_key_scores_avx512_available(const CodedRowFormat& f);
 

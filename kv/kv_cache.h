@@ -65,7 +65,7 @@ struct KvCacheShape {
   size_t window_block_bytes() const { return windows.any() ? window_bytes_per_token() * block_size : 0; }
   // K + V bytes of one data block over all layers.
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
-  // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4h)" for a preset; per-layer dtypes as counts, "auto:0.01
+  // "tq4" or "k=tq4,v=tq3" ("tq4 (tq4p)" for a preset; per-layer dtypes as counts, "auto:0.01
   // (k=12 tq4h + 18 tq3h,v=30 tq3h)"), plus ", first/last N layers f16" when protected and the
   // windows when on.
   std::string describe() const;

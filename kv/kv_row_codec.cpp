@@ -49,13 +49,13 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
     const auto [hi, lo] = kv_dtype_tq_bits(dtype);
     const int rd = kv_dtype_is_split(dtype) ? d_ / 2 : d_;
     rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
-    cb_hi_ = make_codebook(o.codebook, rd, hi);
+    if (!kv_dtype_is_pairs(dtype)) cb_hi_ = make_codebook(o.codebook, rd, hi);
     if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
     // Rows the integer attention arithmetic may read (keys and values at 2 to 4 bits): coded with
     // the levels it holds.
-    if (!kv_dtype_is_split(dtype) && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
+    if (!kv_dtype_is_split(dtype) && !kv_dtype_is_pairs(dtype) && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
       cb_hi_ = snapped_to_int8_grid(std::move(cb_hi_));
-    if (kv_dtype_is_pairs(dtype)) pairs_ = &pair_codebook(d_, o.int8_key_scores || o.int8_value_sums);
+    if (kv_dtype_is_pairs(dtype)) pairs_ = &tq::pair_codebook(d_, o.int8_key_scores || o.int8_value_sums);
   }
   if (kv_dtype_is_channel_bits(dtype)) {
     const int bits = kv_dtype_tq_bits(dtype).first;
@@ -95,6 +95,11 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
 const std::vector<int>& KvRowCodec::order(int head) const {
   static const std::vector<int> none;
   return head < static_cast<int>(order_.size()) ? order_[head] : none;
+}
+
+const Codebook& KvRowCodec::codebook() const {
+  if (pairs_) fail("--kv-cache-dtype tq4p rows are coded with a pair codebook (pair_codebook()), not a scalar one");
+  return cb_hi_;
 }
 
 const float* KvRowCodec::center(int head) const {

@@ -119,7 +119,10 @@ class KvRowCodec {
   // What a TurboQuant row (tq<b>, tq<b>h) is coded with, for another device's encoder to code it
   // the same way (kernels/cuda/tq_encode.h): the layer's rotation, the codebook, the scale's rule.
   const Rotation& rotation() const { return rot_; }
-  const Codebook& codebook() const { return cb_hi_; }
+  // Fails for tq4p, whose rows are coded with pair_codebook() instead.
+  const Codebook& codebook() const;
+  // tq4p: the shared pair codebook (null for other dtypes).
+  const PairCodebook* pair_codebook() const { return pairs_; }
   TqScaleMode scale_mode() const { return scale_mode_; }
   // The head's center / scale, or null when there is none.
   const float* center(int head) const;

@@ -20,8 +20,8 @@ constexpr float kStandardPoints[2 * kPairCodebookPoints] = {
 #include "quant/pair_codebook_points.inc"
 };
 
-// Grid over [-4, 4]^2 in standard units, 64 cells a side: a cell lists 1-6 points. A normal
-// pair leaves it about once in 15000; those are searched exhaustively.
+// Grid over [-4, 4]^2 in standard units, 64 cells a side: a cell lists 1-6 points. A pair of
+// independent normals leaves it about once in 7900; those are searched exhaustively.
 constexpr double kStandardExtent = 4.0;
 constexpr int kCells = 64;
 
@@ -108,9 +108,11 @@ int PairCodebook::nearest_exhaustive(float x, float y) const {
 int PairCodebook::nearest(float x, float y) const {
   // Outside the grid, or not a number: the exhaustive search (which keeps point 0 for a NaN).
   if (!(std::abs(x) < extent) || !(std::abs(y) < extent)) return nearest_exhaustive(x, y);
-  const float scale = float(cells) / (2.0f * extent);
-  const int cx = std::min(cells - 1, std::max(0, static_cast<int>((x + extent) * scale)));
-  const int cy = std::min(cells - 1, std::max(0, static_cast<int>((y + extent) * scale)));
+  // The cell in double, as the lists were built: a float index could put a query within ~1e-5 of a
+  // cell's width of its border in the neighbouring cell, whose list was not built for it.
+  const double scale = double(cells) / (2.0 * double(extent));
+  const int cx = std::min(cells - 1, std::max(0, static_cast<int>((double(x) + double(extent)) * scale)));
+  const int cy = std::min(cells - 1, std::max(0, static_cast<int>((double(y) + double(extent)) * scale)));
   const size_t cell = size_t(cy) * cells + cx;
   int best = -1;
   float best_d = INFINITY;

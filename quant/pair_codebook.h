@@ -3,8 +3,9 @@
 // TurboQuant's scalar Lloyd-Max quantizer codes each rotated coordinate alone, on a 16 x 16 grid
 // per pair of coordinates, and spends codepoints in the grid's corners, where the (nearly normal,
 // nearly independent) pair has little mass. This codebook is 256 points placed by Lloyd's
-// algorithm on the bivariate normal itself (tools/gen_pair_codebook.py writes the table), so a
-// pair takes one byte, 4 bits per coordinate as in tq4, at a lower squared error: 0.00782 per
+// algorithm on the bivariate normal itself, constrained to its mirror symmetry (64 points fitted
+// to the folded quadrant and mirrored into the four; tools/gen_pair_codebook.py writes the table),
+// so a pair takes one byte, 4 bits per coordinate as in tq4, at a lower squared error: 0.00782 per
 // coordinate of a standard normal pair against the scalar grid's 0.00946, 0.0070 against 0.0082
 // per unit row at d = 64 with the least-squares row scale (docs/FIDELITY.md, "Pairs").
 //

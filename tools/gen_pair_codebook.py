@@ -9,10 +9,11 @@ its 16 x 16 grid, where the bivariate normal has little mass. A 256-point 2-D qu
 them by the density: measured below, its mean squared error per coordinate is lower than the
 scalar quantizer's (Lloyd-Max N(0,1), 4 bits: 0.009497).
 
-The iteration starts from that scalar grid (the 16 Lloyd-Max levels squared) and runs Lloyd's
-algorithm on a fixed-seed sample, so the table is reproducible. Each point is then made 4-fold
-symmetric (x -> -x, y -> -y): the engine's codebook must be antisymmetric in each coordinate like
-the scalar one, so that a row's code for -x is the mirror of its code for x.
+Lloyd's algorithm runs with 64 points on a fixed-seed sample folded into the first quadrant
+(|x|, |y|), starting from the scalar grid's 8 x 8 positive levels, so the table is reproducible; the
+64 points are then mirrored into the four quadrants. The engine's kernels read that layout: point
+64s + k is (+-|x_k|, +-|y_k|), x positive where bit 7 of the index is set and y where bit 6 is
+(kernels/tq_pair_codes.h).
 
 Usage: python3 tools/gen_pair_codebook.py [--samples N] [--iterations N]   (about a minute)
 """

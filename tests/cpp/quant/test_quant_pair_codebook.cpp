@@ -23,9 +23,10 @@ namespace tq {
 namespace {
 
 TEST(QuantPairCodebook, GridSearchFindsWhatComparingEveryPointFinds) {
-  for (int d : {64, 128, 6}) {
-    const PairCodebook& cb = pair_codebook(d);
-    EXPECT_EQ(&cb, &pair_codebook(d));  // built once
+  for (int d : {64, 128, 256, 512, 6})
+  for (bool int8_grid : {false, true}) {  // the engine codes on the int8 grid (the integer kernels' default)
+    const PairCodebook& cb = pair_codebook(d, int8_grid);
+    EXPECT_EQ(&cb, &pair_codebook(d, int8_grid));  // built once
     std::mt19937 rng(d);
     // Normal pairs at the row's scale, wider ones (some beyond the grid), and cell corners.
     const float unit = 1.0f / std::sqrt(float(d));
@@ -42,7 +43,7 @@ TEST(QuantPairCodebook, GridSearchFindsWhatComparingEveryPointFinds) {
         const float x = -cb.extent + cx * w, y = -cb.extent + cy * w;
         if (cb.nearest(x, y) != cb.nearest_exhaustive(x, y)) ++mismatches;
       }
-    EXPECT_EQ(mismatches, 0) << "d=" << d;
+    EXPECT_EQ(mismatches, 0) << "d=" << d << " int8_grid=" << int8_grid;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     EXPECT_EQ(cb.nearest(nan, 0.0f), cb.nearest_exhaustive(nan, 0.0f));
     EXPECT_EQ(cb.nearest(INFINITY, -INFINITY), cb.nearest_exhaustive(INFINITY, -INFINITY));
@@ -57,10 +58,14 @@ TEST(QuantPairCodebook, PointsAreMirrorSymmetricAndBeatTheScalarGrid) {
   std::set<std::pair<float, float>> points;
   for (int i = 0; i < kPairCodebookPoints; ++i) points.insert({p[2 * i], p[2 * i + 1]});
   EXPECT_EQ(points.size(), size_t(kPairCodebookPoints));
-  for (const auto& [x, y] : points) {
-    EXPECT_TRUE(points.count({-x, y}) && points.count({x, -y})) << x << ", " << y;
-    EXPECT_NE(x, 0.0f);
-    EXPECT_NE(y, 0.0f);
+  // The layout the AVX-512 kernels read (kernels/tq_pair_codes.h): point 64s + k is
+  // (+-x_k, +-y_k) of point 192 + k, x positive where bit 7 of the index is set, y where bit 6 is.
+  for (int i = 0; i < kPairCodebookPoints; ++i) {
+    const int m = 192 + i % 64;
+    EXPECT_GT(p[2 * m], 0.0f);
+    EXPECT_GT(p[2 * m + 1], 0.0f);
+    EXPECT_EQ(p[2 * i], (i & 128) ? p[2 * m] : -p[2 * m]) << i;
+    EXPECT_EQ(p[2 * i + 1], (i & 64) ? p[2 * m + 1] : -p[2 * m + 1]) << i;
   }
   // Mean squared error per coordinate of a standard normal pair. The 4-bit Lloyd-Max quantizer of
   // N(0, 1) has 0.009497 (Max 1960); the generator measured 0.00782 for these points.
@@ -98,6 +103,8 @@ TEST(QuantPairCodebook, RowLayoutAndScaleByHand) {
 
   // A zero row stores scale 0 and decodes to zeros; a non-finite one keeps a non-finite scale.
   const KvRowCodec codec(KvDtype::TQ4P, d, 0, KvQuantOptions{});
+  EXPECT_EQ(codec.pair_codebook(), &pair_codebook(d, true));  // the int8 grid, as the integer kernels are on
+  EXPECT_THROW(codec.codebook(), Error);                      // no scalar codebook to code tq4p rows with
   std::vector<float> zero(d, 0.0f), out(d, 1.0f);
   codec.encode(zero.data(), 0, row.data());
   EXPECT_EQ(fp16_at(row.data() + h), 0.0f);
@@ -110,7 +117,7 @@ TEST(QuantPairCodebook, RowLayoutAndScaleByHand) {
 }
 
 TEST(QuantPairCodebook, AvxDecoderMatchesTheScalarOneBitForBit) {
-  for (int d : {64, 128, 18}) {
+  for (int d : {64, 128, 40, 18}) {  // 40: 20 pairs, the AVX2 decoder's scalar tail; 18: no AVX2 decoder
     const KvRowCodec codec(KvDtype::TQ4P, d, 2, KvQuantOptions{});
     const CodedRowFormat f = codec.row_format();
     ASSERT_EQ(f.codec, RowCodec::TQ_PAIRS);
