@@ -45,8 +45,8 @@ std::optional<KvAutoTarget> parse_kv_auto(std::string_view mode);
 struct KvAutoOptions {
   int ctx = 512;  // calibration tokens per run
   // Ascending in bytes; the row formats a side may take (those that cannot store the model's
-  // head_dim are left out).
-  std::vector<KvDtype> candidates = {KvDtype::TQ2H, KvDtype::TQ3H, KvDtype::TQ4H, KvDtype::Q8_0};
+  // head_dim are left out). At 4 bits the pair-coded rows: tq4h's bytes, less error.
+  std::vector<KvDtype> candidates = {KvDtype::TQ2H, KvDtype::TQ3H, KvDtype::TQ4P, KvDtype::Q8_0};
   // A KLD budget must hold on text the choice did not see: the whole choice has to measure within
   // this fraction of it on the calibration text (on SmolLM2, texts unlike the calibration text
   // measured up to 21 % above it: docs/FIDELITY.md, "auto").

@@ -158,11 +158,16 @@ void tq_encode_pair_row(const float* x, const PairCodebook& codebook, const Rota
   float scale = n;
   if (mode == TqScaleMode::least_squares && n > 0.0f) {
     double alpha = 1.0;
+    uint8_t before[256];
     for (int round = 0; round < 3; ++round) {
       sums(&yc, &cc);
       if (!(yc > 0.0)) break;
       alpha = yc / cc;
+      std::memcpy(before, idx, size_t(h));
       assign(static_cast<float>(1.0 / alpha));
+      // The same codes give the same scale, and that scale the same codes: the rounds left
+      // would change nothing.
+      if (std::memcmp(before, idx, size_t(h)) == 0) break;
     }
     sums(&yc, &cc);
     if (yc > 0.0) alpha = yc / cc;

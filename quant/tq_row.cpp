@@ -87,11 +87,16 @@ void tq_encode_row(const float* x, const Codebook& codebook, const Rotation& rot
       if (!(yc > 0.0)) break;
       alpha = yc / cc;
       const float inv_alpha = static_cast<float>(1.0 / alpha);
+      bool changed = false;
       for (int j = 0; j < d; ++j) {
         int k = 0;
         for (float b : bounds) k += (b <= s.y[j] * inv_alpha) ? 1 : 0;
+        changed |= s.idx[j] != k;
         s.idx[j] = static_cast<uint8_t>(k);
       }
+      // The same indices give the same scale, and that scale the same indices: the rounds left
+      // would change nothing.
+      if (!changed) break;
     }
     double yc = 0.0, cc = 0.0;
     for (int j = 0; j < d; ++j) yc += double(s.y[j]) * levels[s.idx[j]], cc += double(levels[s.idx[j]]) * levels[s.idx[j]];

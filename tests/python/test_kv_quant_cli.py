@@ -171,19 +171,19 @@ def test_auto_chooses_each_layer_within_its_budget_and_reports_it(tqserve, stori
                        "--temperature", "0")
         line = next(l for l in proc.stderr.splitlines() if l.startswith("KV auto:"))
         layers = line.split("layers (k/v): ")[1].split()
-        assert len(layers) == 5 and all(set(l.split("/")) <= {"tq2h", "tq3h", "tq4h"} for l in layers), line
+        assert len(layers) == 5 and all(set(l.split("/")) <= {"tq2h", "tq3h", "tq4p"} for l in layers), line
         # "KLD <measured> within <margin> x <budget>": within the margin's share of the budget on
         # the calibration text, or over it only with every layer at the largest candidate.
         words = line.split()
         measured, margin, budget = float(words[3]), float(words[5]), float(words[7])
         assert words[6] == "x" and 0 < margin <= 1, line
-        assert measured <= margin * budget or all(l == "tq4h/tq4h" for l in layers), line
+        assert measured <= margin * budget or all(l == "tq4p/tq4p" for l in layers), line
         size = next(l for l in proc.stderr.splitlines() if l.startswith("KV cache: "))
         assert f"KV cache: {mode} (k=" in size
         return int(size.split(" bytes/token")[0].rsplit(" ", 1)[1])
     assert run("auto:1") <= run("auto:0.001")
     # A bits budget: the least predicted KLD within 6 bits per element at 1024 tokens (head_dim 8: a
-    # tq4h row is 6 bits with its fp16 norm, the f16 window copies add 0.44).
+    # tq4p row is 6 bits with its fp16 norm, the f16 window copies add 0.44).
     proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", "auto:6b", "-p", "Once", "-n", "4")
     line = next(l for l in proc.stderr.splitlines() if l.startswith("KV auto:"))
     assert float(line.split(" at ")[1].split()[0]) <= 6, line

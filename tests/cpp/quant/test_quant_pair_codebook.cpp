@@ -116,6 +116,43 @@ TEST(QuantPairCodebook, RowLayoutAndScaleByHand) {
   EXPECT_FALSE(std::isfinite(fp16_at(row.data() + h)));
 }
 
+TEST(QuantPairCodebook, LeastSquaresScaleIsThreeRoundsOfAlternation) {
+  // The definition, written out: codes nearest to y, then three rounds of (alpha = <y, c> / |c|^2,
+  // codes nearest to y / alpha), then the scale n * alpha of the last codes. The encoder stops
+  // once a round leaves the codes as they were; its rows must be these.
+  const int d = 64, h = d / 2;
+  const Rotation rot = Rotation::make(RotationKind::dense, d, 11, 0);
+  const PairCodebook& cb = pair_codebook(d);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(d), u(d), y(d);
+  std::vector<uint8_t> row(tq_pair_row_bytes(d)), idx(h);
+  for (int r = 0; r < 300; ++r) {
+    double n2 = 0;
+    for (float& v : x) v = normal(rng) * (1.0f + float(r % 7)), n2 += double(v) * v;
+    const float n = static_cast<float>(std::sqrt(n2));
+    for (int j = 0; j < d; ++j) u[j] = x[j] * (1.0f / n);
+    rot.apply(u.data(), y.data());
+    auto assign = [&](float inv_alpha) {
+      for (int c = 0; c < h; ++c) idx[c] = static_cast<uint8_t>(cb.nearest_exhaustive(y[c] * inv_alpha, y[c + h] * inv_alpha));
+    };
+    auto alpha_of_codes = [&] {
+      double yc = 0, cc = 0;
+      for (int c = 0; c < h; ++c) {
+        const double px = cb.points[2 * idx[c]], py = cb.points[2 * idx[c] + 1];
+        yc += double(y[c]) * px + double(y[c + h]) * py, cc += px * px + py * py;
+      }
+      return yc / cc;
+    };
+    assign(1.0f);
+    for (int round = 0; round < 3; ++round) assign(static_cast<float>(1.0 / alpha_of_codes()));
+    const float scale = static_cast<float>(double(n) * alpha_of_codes());
+    tq_encode_pair_row(x.data(), cb, rot, row.data(), TqScaleMode::least_squares);
+    for (int c = 0; c < h; ++c) ASSERT_EQ(row[c], idx[c]) << "row " << r << " pair " << c;
+    ASSERT_EQ(fp16_at(row.data() + h), fp16_to_fp32(fp32_to_fp16(scale))) << "row " << r;
+  }
+}
+
 TEST(QuantPairCodebook, AvxDecoderMatchesTheScalarOneBitForBit) {
   for (int d : {64, 128, 40, 18}) {  // 40: 20 pairs, the AVX2 decoder's scalar tail; 18: no AVX2 decoder
     const KvRowCodec codec(KvDtype::TQ4P, d, 2, KvQuantOptions{});

@@ -216,6 +216,47 @@ TEST(QuantTqRow, EncodeFollowsDefinition) {
   EXPECT_LE(off_by_one, 1);
 }
 
+TEST(QuantTqRow, LeastSquaresScaleIsThreeRoundsOfAlternation) {
+  // The definition, written out: indices of y, then three rounds of (alpha = <y, c> / |c|^2,
+  // indices of y / alpha), then the scale n * alpha of the last indices. The encoder stops once a
+  // round leaves the indices as they were; its rows must be these.
+  const int d = 64;
+  for (int bits : {2, 3, 4}) {
+    const Codebook cb = make_codebook(CodebookKind::beta, d, bits);
+    const Rotation rot = Rotation::make(RotationKind::dense, d, 7, 1);
+    std::mt19937 rng(bits);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(d), u(d), y(d);
+    std::vector<uint8_t> row(tq_row_bytes(d, bits)), got(d), idx(d);
+    for (int r = 0; r < 300; ++r) {
+      double n2 = 0;
+      for (float& v : x) v = normal(rng) * (1.0f + float(r % 5)), n2 += double(v) * v;
+      const float n = static_cast<float>(std::sqrt(n2));
+      for (int j = 0; j < d; ++j) u[j] = x[j] * (1.0f / n);
+      rot.apply(u.data(), y.data());
+      auto assign = [&](float inv_alpha) {
+        for (int j = 0; j < d; ++j) {
+          int k = 0;
+          for (float b : cb.boundaries) k += (b <= y[j] * inv_alpha) ? 1 : 0;
+          idx[j] = static_cast<uint8_t>(k);
+        }
+      };
+      auto alpha_of_indices = [&] {
+        double yc = 0, cc = 0;
+        for (int j = 0; j < d; ++j) yc += double(y[j]) * cb.centroids[idx[j]], cc += double(cb.centroids[idx[j]]) * cb.centroids[idx[j]];
+        return yc / cc;
+      };
+      assign(1.0f);
+      for (int round = 0; round < 3; ++round) assign(static_cast<float>(1.0 / alpha_of_indices()));
+      const float scale = static_cast<float>(double(n) * alpha_of_indices());
+      tq_encode_row(x.data(), cb, rot, row.data(), TqScaleMode::least_squares);
+      unpack_indices(row.data(), d, bits, got.data());
+      ASSERT_EQ(got, idx) << "bits " << bits << " row " << r;
+      ASSERT_EQ(tq_row_scale(row.data(), d, bits), scale) << "bits " << bits << " row " << r;
+    }
+  }
+}
+
 TEST(QuantTqRow, ZeroRowAndMismatch) {
   const Codebook cb = make_codebook(CodebookKind::beta, 64, 4);
   const Rotation rot = Rotation::make(RotationKind::hadamard, 64, 42, 0);
