@@ -61,7 +61,7 @@ size_t tq_pair_row_bytes(int dim);
 
 // Encodes x (dim floats) as a tq4p row (tq_pair_row_bytes bytes): n = ||x||, y = R (x / n), each
 // pair (y_c, y_{c+d/2}) to its nearest point, and the scale by `mode` as tq_encode_row does
-// (least_squares: the scale and codes of least squared error, three alternating rounds;
+// (least_squares: the scale and codes of least squared error, at most three alternating rounds, ending once a round leaves the codes as they were;
 // norm_corrected: n / ||yhat||; plain_norm: n), stored as fp16. A zero row stores scale 0.
 void tq_encode_pair_row(const float* x, const PairCodebook& codebook, const Rotation& rotation, uint8_t* row,
                         TqScaleMode mode = TqScaleMode::least_squares);

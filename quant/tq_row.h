@@ -19,7 +19,7 @@ namespace tq {
 // What the stored scale is. norm_corrected (the default, DESIGN step 4): n / ||c[idx]||, so the
 // reconstruction has exactly the norm of x. plain_norm: n itself (the paper's estimator).
 // least_squares: n * <y, c> / ||c||^2 with the indices re-chosen for the scaled codebook (three
-// rounds), the per-row scale and indices of least squared error (about 8 % below norm_corrected
+// rounds, or fewer once a round leaves them as they were: the same result), the per-row scale and indices of least squared error (about 8 % below norm_corrected
 // at 4 bits, d = 64; tools/tq_scale_experiment.py); the norm is then not exact.
 enum class TqScaleMode { norm_corrected, plain_norm, least_squares };
 

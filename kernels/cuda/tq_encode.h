@@ -2,7 +2,9 @@
 // (quant/tq_row.cpp's tq_encode_row through kv/kv_row_codec.h's encode, dense rotation): the same
 // operations in the same order, each rounded alike (the row norm and the least-squares sums in
 // double, one element at a time; the rotation's eight fp32 partial sums per output, no fused
-// operations), so a row stored by the GPU reads back exactly as the CPU's would.
+// operations), so a row stored by the GPU reads back exactly as the CPU's would. It always runs
+// the three least-squares rounds, which the CPU stops early once a round changes no index: the
+// rounds it skips change nothing, so the rows agree.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -165,7 +165,7 @@ def test_presets_keep_their_documented_fidelity(tqserve, smollm2, tmp_path):
 
 def test_auto_chooses_each_layer_within_its_budget_and_reports_it(tqserve, stories260k):
     # stories260K (5 layers, head_dim 8): q8_0 cannot store its rows, so the layers choose among
-    # tq2h, tq3h and tq4h. A looser budget never costs more bytes.
+    # tq2h, tq3h and tq4p. A looser budget never costs more bytes.
     def run(mode):
         proc = tqserve("generate", "--model", stories260k, "--kv-cache-dtype", mode, "-p", "Once", "-n", "4",
                        "--temperature", "0")

@@ -126,7 +126,8 @@ TEST(QuantPairCodebook, LeastSquaresScaleIsThreeRoundsOfAlternation) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(d), u(d), y(d);
-  std::vector<uint8_t> row(tq_pair_row_bytes(d)), idx(h);
+  std::vector<uint8_t> row(tq_pair_row_bytes(d)), idx(h), before(h);
+  int third_round_changes = 0;  // rows an encoder of two rounds would code otherwise
   for (int r = 0; r < 300; ++r) {
     double n2 = 0;
     for (float& v : x) v = normal(rng) * (1.0f + float(r % 7)), n2 += double(v) * v;
@@ -145,12 +146,17 @@ TEST(QuantPairCodebook, LeastSquaresScaleIsThreeRoundsOfAlternation) {
       return yc / cc;
     };
     assign(1.0f);
-    for (int round = 0; round < 3; ++round) assign(static_cast<float>(1.0 / alpha_of_codes()));
+    for (int round = 0; round < 3; ++round) {
+      before = idx;
+      assign(static_cast<float>(1.0 / alpha_of_codes()));
+    }
+    third_round_changes += before != idx;
     const float scale = static_cast<float>(double(n) * alpha_of_codes());
     tq_encode_pair_row(x.data(), cb, rot, row.data(), TqScaleMode::least_squares);
     for (int c = 0; c < h; ++c) ASSERT_EQ(row[c], idx[c]) << "row " << r << " pair " << c;
     ASSERT_EQ(fp16_at(row.data() + h), fp16_to_fp32(fp32_to_fp16(scale))) << "row " << r;
   }
+  EXPECT_GT(third_round_changes, 0);
 }
 
 TEST(QuantPairCodebook, AvxDecoderMatchesTheScalarOneBitForBit) {

@@ -227,7 +227,8 @@ TEST(QuantTqRow, LeastSquaresScaleIsThreeRoundsOfAlternation) {
     std::mt19937 rng(bits);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> x(d), u(d), y(d);
-    std::vector<uint8_t> row(tq_row_bytes(d, bits)), got(d), idx(d);
+    std::vector<uint8_t> row(tq_row_bytes(d, bits)), got(d), idx(d), before(d);
+    int third_round_changes = 0;  // rows an encoder of two rounds would code otherwise
     for (int r = 0; r < 300; ++r) {
       double n2 = 0;
       for (float& v : x) v = normal(rng) * (1.0f + float(r % 5)), n2 += double(v) * v;
@@ -247,13 +248,18 @@ TEST(QuantTqRow, LeastSquaresScaleIsThreeRoundsOfAlternation) {
         return yc / cc;
       };
       assign(1.0f);
-      for (int round = 0; round < 3; ++round) assign(static_cast<float>(1.0 / alpha_of_indices()));
+      for (int round = 0; round < 3; ++round) {
+        before = idx;
+        assign(static_cast<float>(1.0 / alpha_of_indices()));
+      }
+      third_round_changes += before != idx;
       const float scale = static_cast<float>(double(n) * alpha_of_indices());
       tq_encode_row(x.data(), cb, rot, row.data(), TqScaleMode::least_squares);
       unpack_indices(row.data(), d, bits, got.data());
       ASSERT_EQ(got, idx) << "bits " << bits << " row " << r;
       ASSERT_EQ(tq_row_scale(row.data(), d, bits), scale) << "bits " << bits << " row " << r;
     }
+    EXPECT_GT(third_round_changes, 0) << "bits " << bits;
   }
 }
 
