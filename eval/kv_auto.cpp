@@ -1,5 +1,6 @@
 #include "eval/kv_auto.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -70,7 +71,6 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
 
   c.k_kld.assign(L, std::vector<double>(C));
   c.v_kld.assign(L, std::vector<double>(C));
-  c.scale.assign(C, 1.0);
   for (int l = 0; l < L; ++l) {
     if (progress) progress(fmt::format("auto: layer {}/{}", l + 1, L));
     if (base.is_protected(l)) continue;  // stored as protect_dtype whatever is chosen
@@ -81,15 +81,12 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
         (side == 0 ? c.k_kld : c.v_kld)[l][k] = mean_kld(ref, run(one, l), vocab);
       }
   }
+  c.all_kld.assign(C, 0.0);
   for (int k = 0; k < C; ++k) {
     KvCacheShape all = f32;
-    double sum = 0;
-    for (int l = 0; l < L; ++l) {
-      all.k_layers[l] = all.v_layers[l] = c.candidates[k];
-      sum += c.k_kld[l][k] + c.v_kld[l][k];
-    }
-    const double measured = mean_kld(ref, run(all), vocab);
-    c.scale[k] = sum > 0 ? std::max(1.0, measured / sum) : 1.0;
+    all.k_layers.assign(L, c.candidates[k]);
+    all.v_layers.assign(L, c.candidates[k]);
+    c.all_kld[k] = mean_kld(ref, run(all), vocab);
   }
   return c;
 }
@@ -98,11 +95,26 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
   const int L = base.num_layers, C = static_cast<int>(c.candidates.size());
   if (static_cast<int>(c.k_kld.size()) != L || static_cast<int>(c.v_kld.size()) != L || C == 0)
     fail("--kv-cache-dtype auto: the measurement is for {} layers, the cache has {}", c.k_kld.size(), L);
+  if (static_cast<int>(c.all_kld.size()) != C) fail("--kv-cache-dtype auto: the measurement has no all-sides run per candidate");
+  // A side's excess at candidate k: what coding it alone at k costs beyond coding it alone at the
+  // largest candidate. Each candidate's excesses are scaled so that the sides all at k predict
+  // what the all-sides run at k measured.
+  const int top = C - 1;
+  auto excess = [&](int l, int side, int k) {
+    const std::vector<double>& single = (side == 0 ? c.k_kld : c.v_kld)[l];
+    return std::max(0.0, single[k] - single[top]);
+  };
+  std::vector<double> scale(C, 0.0);
+  for (int k = 0; k < top; ++k) {
+    double sum = 0;
+    for (int l = 0; l < L; ++l)
+      if (!base.is_protected(l)) sum += excess(l, 0, k) + excess(l, 1, k);
+    scale[k] = sum > 0 ? std::max(0.0, c.all_kld[k] - c.all_kld[top]) / sum : 0.0;
+  }
+  auto side_kld = [&](int l, int side, int k) { return scale[k] * excess(l, side, k); };
   // Greedy downgrades from the largest candidate.
-  std::vector<int> k_at(L, C - 1), v_at(L, C - 1);
-  auto side_kld = [&](int l, int side, int k) { return c.scale[k] * (side == 0 ? c.k_kld : c.v_kld)[l][k]; };
-  double predicted = 0;
-  for (int l = 0; l < L; ++l) predicted += side_kld(l, 0, C - 1) + side_kld(l, 1, C - 1);
+  std::vector<int> k_at(L, top), v_at(L, top);
+  double predicted = c.all_kld[top];
   std::vector<char> frozen(2 * L, 0);
   auto bits_at_1024 = [&] {
     KvCacheShape s = base;
@@ -158,16 +170,53 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   };
   const std::vector<float> ref =
       run(std::vector<KvDtype>(base.num_layers, KvDtype::F32), std::vector<KvDtype>(base.num_layers, KvDtype::F32));
+  if (target.bits > 0) {
+    KvAutoChoice choice = select_kv_layers(m, base, target);
+    choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
+    return choice;
+  }
+  // The prediction misses mixed configurations both ways, so the budget the selection aims at is
+  // searched: scaled by limit / measured (a step of 15 % at least) until one choice measures within
+  // the limit and one above it, then bisected between them. The choice kept is the one with the fewest bytes that measured
+  // within the limit (the largest candidate everywhere when none did).
   const double limit = target.kld * o.calibration_margin;
+  const auto bytes = [&](const KvAutoChoice& c) {
+    size_t b = 0;
+    for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], base.head_dim) + kv_row_bytes(c.v[l], base.head_dim);
+    return b;
+  };
+  std::optional<KvAutoChoice> best;
+  std::vector<KvAutoChoice> tried;
+  double within = 0, over = 0;  // the largest aim that measured within the limit, the smallest above
   KvAutoTarget aim = target;
   aim.kld = limit;
-  KvAutoChoice choice;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    choice = select_kv_layers(m, base, aim);
-    choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
-    if (target.bits > 0 || choice.measured_kld <= limit) break;
-    aim.kld *= limit / choice.measured_kld;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    KvAutoChoice choice = select_kv_layers(m, base, aim);
+    const auto same = std::find_if(tried.begin(), tried.end(),
+                                   [&](const KvAutoChoice& t) { return t.k == choice.k && t.v == choice.v; });
+    choice.measured_kld = same != tried.end() ? same->measured_kld : mean_kld(ref, run(choice.k, choice.v), vocab);
+    tried.push_back(choice);
+    if (choice.measured_kld <= limit) {
+      within = std::max(within, aim.kld);
+      if (!best || bytes(choice) < bytes(*best)) best = choice;
+    } else {
+      over = over > 0 ? std::min(over, aim.kld) : aim.kld;
+    }
+    if (within > 0 && over > 0) {
+      if (over / within < 1.01) break;
+      aim.kld = std::sqrt(within * over);
+    } else {  // steps of at least 15 %: a choice just over the limit must not be tried again as it is
+      const double ratio = limit / std::max(choice.measured_kld, 1e-12);
+      aim.kld *= over > 0 ? std::min(ratio, 0.85) : std::max(ratio, 1.15);
+    }
   }
+  if (best) return *best;
+  KvAutoChoice choice;  // nothing measured within the limit: the largest candidate everywhere
+  const KvDtype top = m.candidates.back();
+  choice.k.assign(base.num_layers, top);
+  choice.v.assign(base.num_layers, top);
+  choice.predicted_kld = m.all_kld.back();
+  choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
   return choice;
 }
 

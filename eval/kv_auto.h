@@ -7,9 +7,13 @@
 // one window of the calibration text (its first `ctx` tokens, positions ctx/2.. scored) runs once
 // with an f32 cache, then once per layer side and candidate format with only that side coded (the
 // rest f32; these resume at their layer from the f32 run's hidden states), and once per candidate
-// with every side coded. A configuration's KLD is predicted as
-// the sum of its sides' single-side KLDs, each candidate's sum scaled by the ratio its all-sides
-// run measured (errors of different layers add up a little faster than linearly). Greedy: every
+// with every side coded. A configuration's KLD is predicted as the all-sides KLD of the largest
+// candidate plus each side's excess: its single-side KLD beyond the same side's at the largest
+// candidate, scaled per candidate so that every side at one candidate predicts what that
+// candidate's all-sides run measured. The excess, not the single-side KLD itself, is what adds up:
+// with weights kept as stored, whose products round the activations to 8 bits, any change to
+// the cache, even f16 rows, moves the output by a floor (KLD ~0.003 on SmolLM2 per single side) that
+// does not grow with the number of sides changed. Greedy: every
 // side starts at the largest candidate; the downgrade with the least predicted KLD per byte saved
 // is taken while the prediction stays within the budget. All runs use the cache's windows.
 //
@@ -54,12 +58,11 @@ struct KvAutoOptions {
 };
 
 // What the calibration text measured (independent of the budget): [layer][candidate] KLD with
-// only that side coded, and per candidate the all-sides KLD over the sum of its single-side KLDs
-// (at least 1).
+// only that side coded (0 in protected layers), and [candidate] KLD with every side coded.
 struct KvAutoMeasurement {
   std::vector<KvDtype> candidates;
   std::vector<std::vector<double>> k_kld, v_kld;
-  std::vector<double> scale;
+  std::vector<double> all_kld;
 };
 
 struct KvAutoChoice {
@@ -82,10 +85,11 @@ KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenI
 // 1024 tokens are within a bits budget (all at the smallest candidate when even that is over).
 KvAutoChoice select_kv_layers(const KvAutoMeasurement& m, const KvCacheShape& base, const KvAutoTarget& target);
 
-// select_kv_layers, then the choice run whole on the calibration text (2 more runs); for a KLD
-// budget, while the KLD measured there exceeds it (the scaled single-side sum can underestimate a
-// mixed configuration), the selection is redone with the budget cut by the overshoot, at most 4
-// times.
+// select_kv_layers, then the choice run whole on the calibration text. For a KLD budget the
+// prediction is only a guide (it can miss a mixed configuration either way), so the budget the
+// selection aims at is searched over at most 6 runs: the choice kept is the one with the fewest
+// bytes whose KLD measured within calibration_margin x the budget (the largest candidate on every
+// side when none did; its measured_kld then says by how much it is over).
 KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
                               const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m,
                               const KvAutoTarget& target, const KvAutoOptions& options);

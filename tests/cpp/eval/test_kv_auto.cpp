@@ -96,7 +96,9 @@ TEST(KvAuto, ChoiceStaysWithinTheBudgetAndSpendsLessAsItGrows) {
   EXPECT_LE(row_bytes(some), row_bytes(none));
   EXPECT_GE(row_bytes(some), row_bytes(any));
   const KvAutoMeasurement& m = measured();
-  for (double s : m.scale) EXPECT_GE(s, 1.0);
+  ASSERT_EQ(m.all_kld.size(), m.candidates.size());
+  for (double x : m.all_kld) EXPECT_TRUE(x >= 0 && std::isfinite(x));
+  EXPECT_LE(m.all_kld.back(), m.all_kld.front());
   // Every single-side measurement is a KLD: finite and not negative; q8_0 sides cost the least.
   for (int l = 0; l < L; ++l)
     for (const auto* kld : {&m.k_kld[l], &m.v_kld[l]}) {
@@ -107,7 +109,44 @@ TEST(KvAuto, ChoiceStaysWithinTheBudgetAndSpendsLessAsItGrows) {
   const KvAutoMeasurement again = measure();
   EXPECT_EQ(again.k_kld, m.k_kld);
   EXPECT_EQ(again.v_kld, m.v_kld);
-  EXPECT_EQ(again.scale, m.scale);
+  EXPECT_EQ(again.all_kld, m.all_kld);
+}
+
+// Weights kept as stored round the activations to 8 bits, so any change to the cache moves the
+// output by a floor that every single-side run shows and that does not add up over sides
+// (SmolLM2 Q4_1: ~0.003 per side, 0.0049 with every side at q8_0). The floor must not count once
+// per side: a budget above the all-q8_0 KLD leaves room to downgrade, and a configuration of one
+// candidate everywhere is predicted as its all-sides run measured.
+TEST(KvAuto, AFloorEverySingleSideShowsIsCountedOnce) {
+  const int L = 4;
+  KvCacheShape base;
+  base.num_layers = L;
+  base.num_kv_heads = 1;
+  base.head_dim = 64;
+  KvAutoMeasurement m;
+  m.candidates = {KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::Q8_0};
+  const double floor = 0.003;
+  for (int l = 0; l < L; ++l) {
+    m.k_kld.push_back({floor + 0.004 * (l + 1), floor + 0.0004 * (l + 1), floor});
+    m.v_kld.push_back({floor + 0.002, floor + 0.0002, floor});
+  }
+  m.all_kld = {0.040, 0.008, 0.005};
+  KvAutoTarget all_top;
+  all_top.kld = 0.0049;  // below the largest candidate's own KLD: nothing can be downgraded
+  const KvAutoChoice top = select_kv_layers(m, base, all_top);
+  EXPECT_DOUBLE_EQ(top.predicted_kld, 0.005);
+  for (int l = 0; l < L; ++l) EXPECT_EQ(top.k[l], KvDtype::Q8_0);
+  KvAutoTarget mid;
+  mid.kld = 0.0081;  // room for every side at tq4p (predicted as measured: 0.008), not for tq2h
+  const KvAutoChoice c = select_kv_layers(m, base, mid);
+  EXPECT_NEAR(c.predicted_kld, 0.008, 1e-12);
+  for (int l = 0; l < L; ++l) {
+    EXPECT_EQ(c.k[l], KvDtype::TQ4P) << l;
+    EXPECT_EQ(c.v[l], KvDtype::TQ4P) << l;
+  }
+  KvAutoTarget loose;
+  loose.kld = 0.05;
+  for (KvDtype d : select_kv_layers(m, base, loose).v) EXPECT_EQ(d, KvDtype::TQ2H);
 }
 
 TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
@@ -123,6 +162,21 @@ TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
     bool all_top = true;
     for (size_t l = 0; l < c.k.size(); ++l) all_top = all_top && c.k[l] == KvDtype::Q8_0 && c.v[l] == KvDtype::Q8_0;
     EXPECT_TRUE(c.measured_kld <= budget * o.calibration_margin || all_top) << budget << ": " << c.measured_kld;
+    // The search keeps the cheapest choice that measured within the limit, so it spends no more
+    // bytes than the first selection when that one was within.
+    KvAutoTarget first_aim = t;
+    first_aim.kld = budget * o.calibration_margin;
+    const KvAutoChoice first = select_kv_layers(measured(), tiny().shape(), first_aim);
+    const auto run = [&](const std::vector<KvDtype>& k, const std::vector<KvDtype>& v) {
+      KvCacheShape s = tiny().shape();
+      s.k_layers = k, s.v_layers = v;
+      KvCache cache(s, 10);
+      return window_log_probs(tiny().transformer, cache, tiny().text().data(), o.ctx, 256);
+    };
+    const int L = tiny().model.config.num_layers;
+    const std::vector<float> ref = run(std::vector<KvDtype>(L, KvDtype::F32), std::vector<KvDtype>(L, KvDtype::F32));
+    const double first_kld = mean_kld(ref, run(first.k, first.v), tiny().model.config.vocab_size);
+    if (first_kld <= first_aim.kld) EXPECT_LE(row_bytes(c), row_bytes(first)) << budget;
   }
 }
 
