@@ -104,14 +104,20 @@ KvAutoChoice select_kv_layers(const KvAutoMeasurement& c, const KvCacheShape& ba
     const std::vector<double>& single = (side == 0 ? c.k_kld : c.v_kld)[l];
     return std::max(0.0, single[k] - single[top]);
   };
-  std::vector<double> scale(C, 0.0);
+  int unprotected = 0;
+  for (int l = 0; l < L; ++l) unprotected += base.is_protected(l) ? 0 : 1;
+  std::vector<double> scale(C, 0.0), flat_share(C, 0.0);
   for (int k = 0; k < top; ++k) {
     double sum = 0;
     for (int l = 0; l < L; ++l)
       if (!base.is_protected(l)) sum += excess(l, 0, k) + excess(l, 1, k);
-    scale[k] = sum > 0 ? std::max(0.0, c.all_kld[k] - c.all_kld[top]) / sum : 0.0;
+    const double cost = std::max(0.0, c.all_kld[k] - c.all_kld[top]);
+    scale[k] = sum > 0 ? cost / sum : 0.0;
+    // No side alone measured any excess, yet all of them together did: every side takes an
+    // equal share (a single-side floor can hide a small excess).
+    if (sum <= 0 && cost > 0) flat_share[k] = cost / std::max(1, 2 * unprotected);
   }
-  auto side_kld = [&](int l, int side, int k) { return scale[k] * excess(l, side, k); };
+  auto side_kld = [&](int l, int side, int k) { return scale[k] * excess(l, side, k) + flat_share[k]; };
   // Greedy downgrades from the largest candidate.
   std::vector<int> k_at(L, top), v_at(L, top);
   double predicted = c.all_kld[top];
@@ -176,8 +182,9 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
     return choice;
   }
   // The prediction misses mixed configurations both ways, so the budget the selection aims at is
-  // searched: scaled by limit / measured (a step of 15 % at least) until one choice measures within
-  // the limit and one above it, then bisected between them. The choice kept is the one with the fewest bytes that measured
+  // searched, in its part above the largest candidate's all-sides KLD: scaled by what the last choice
+  // measured (a step of 15 % at least) until one choice measures within the limit and one above it,
+  // then bisected between them. The choice kept is the one with the fewest bytes that measured
   // within the limit (the largest candidate everywhere when none did).
   const double limit = target.kld * o.calibration_margin;
   const auto bytes = [&](const KvAutoChoice& c) {
@@ -187,15 +194,20 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   };
   std::optional<KvAutoChoice> best;
   std::vector<KvAutoChoice> tried;
-  double within = 0, over = 0;  // the largest aim that measured within the limit, the smallest above
-  KvAutoTarget aim = target;
-  aim.kld = limit;
-  for (int attempt = 0; attempt < 6; ++attempt) {
-    KvAutoChoice choice = select_kv_layers(m, base, aim);
+  auto measure = [&](KvAutoChoice choice) {
     const auto same = std::find_if(tried.begin(), tried.end(),
                                    [&](const KvAutoChoice& t) { return t.k == choice.k && t.v == choice.v; });
     choice.measured_kld = same != tried.end() ? same->measured_kld : mean_kld(ref, run(choice.k, choice.v), vocab);
     tried.push_back(choice);
+    return choice;
+  };
+  // The aim's part above the largest candidate's own KLD is what the downgrades may spend.
+  const double floor = m.all_kld.back();
+  double within = 0, over = 0;  // the largest aim that measured within the limit, the smallest above
+  KvAutoTarget aim = target;
+  aim.kld = limit;
+  for (int attempt = 0; attempt < 6 && limit > floor; ++attempt) {
+    const KvAutoChoice choice = measure(select_kv_layers(m, base, aim));
     if (choice.measured_kld <= limit) {
       within = std::max(within, aim.kld);
       if (!best || bytes(choice) < bytes(*best)) best = choice;
@@ -203,21 +215,19 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
       over = over > 0 ? std::min(over, aim.kld) : aim.kld;
     }
     if (within > 0 && over > 0) {
-      if (over / within < 1.01) break;
-      aim.kld = std::sqrt(within * over);
+      if (over - within < 0.01 * (over - floor)) break;
+      aim.kld = 0.5 * (within + over);
     } else {  // steps of at least 15 %: a choice just over the limit must not be tried again as it is
-      const double ratio = limit / std::max(choice.measured_kld, 1e-12);
-      aim.kld *= over > 0 ? std::min(ratio, 0.85) : std::max(ratio, 1.15);
+      const double ratio = (limit - floor) / std::max(choice.measured_kld - floor, 1e-12);
+      aim.kld = floor + (aim.kld - floor) * (over > 0 ? std::clamp(ratio, 0.05, 0.85) : std::max(ratio, 1.15));
     }
   }
   if (best) return *best;
-  KvAutoChoice choice;  // nothing measured within the limit: the largest candidate everywhere
-  const KvDtype top = m.candidates.back();
-  choice.k.assign(base.num_layers, top);
-  choice.v.assign(base.num_layers, top);
-  choice.predicted_kld = m.all_kld.back();
-  choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
-  return choice;
+  KvAutoChoice top;  // nothing measured within the limit: the largest candidate everywhere
+  top.k.assign(base.num_layers, m.candidates.back());
+  top.v.assign(base.num_layers, m.candidates.back());
+  top.predicted_kld = floor;
+  return measure(top);
 }
 
 }  // namespace tq
