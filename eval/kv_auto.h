@@ -77,7 +77,7 @@ using ShapeCacheFactory = std::function<std::unique_ptr<KvCache>(const KvCacheSh
 
 // base: the cache's shape (layers, heads, windows); its dtypes are ignored. Fails when the text
 // has fewer than 64 tokens or no candidate can store the model's head_dim. The runs:
-// 1 + layers * 2 * candidates + candidates forwards of options.ctx tokens.
+// 1 + unprotected layers * 2 * candidates + candidates forwards of options.ctx tokens.
 KvAutoMeasurement measure_kv_layers(Transformer& model, const std::vector<TokenId>& ids, const KvCacheShape& base,
                                     const ShapeCacheFactory& make_cache, const KvAutoOptions& options,
                                     const std::function<void(const std::string&)>& progress = {});
