@@ -176,17 +176,24 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   };
   const std::vector<float> ref =
       run(std::vector<KvDtype>(base.num_layers, KvDtype::F32), std::vector<KvDtype>(base.num_layers, KvDtype::F32));
+  const auto kld_of = [&](const KvAutoChoice& c) { return mean_kld(ref, run(c.k, c.v), vocab); };
   if (target.bits > 0) {
     KvAutoChoice choice = select_kv_layers(m, base, target);
-    choice.measured_kld = mean_kld(ref, run(choice.k, choice.v), vocab);
+    choice.measured_kld = kld_of(choice);
     return choice;
   }
+  return search_kv_choice(m, base, target.kld * o.calibration_margin, kld_of);
+}
+
+KvAutoChoice search_kv_choice(const KvAutoMeasurement& m, const KvCacheShape& base, double limit,
+                              const std::function<double(const KvAutoChoice&)>& kld_of) {
+  if (m.candidates.empty() || m.all_kld.size() != m.candidates.size())
+    fail("--kv-cache-dtype auto: the measurement has no all-sides run per candidate");
   // The prediction misses mixed configurations both ways, so the budget the selection aims at is
   // searched, in its part above the largest candidate's all-sides KLD: scaled by what the last choice
   // measured (a step of 15 % at least) until one choice measures within the limit and one above it,
   // then bisected between them. The choice kept is the one with the fewest bytes that measured
   // within the limit (the largest candidate everywhere when none did).
-  const double limit = target.kld * o.calibration_margin;
   const auto bytes = [&](const KvAutoChoice& c) {
     size_t b = 0;
     for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], base.head_dim) + kv_row_bytes(c.v[l], base.head_dim);
@@ -197,14 +204,14 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
   auto measure = [&](KvAutoChoice choice) {
     const auto same = std::find_if(tried.begin(), tried.end(),
                                    [&](const KvAutoChoice& t) { return t.k == choice.k && t.v == choice.v; });
-    choice.measured_kld = same != tried.end() ? same->measured_kld : mean_kld(ref, run(choice.k, choice.v), vocab);
+    choice.measured_kld = same != tried.end() ? same->measured_kld : kld_of(choice);
     tried.push_back(choice);
     return choice;
   };
   // The aim's part above the largest candidate's own KLD is what the downgrades may spend.
   const double floor = m.all_kld.back();
   double within = 0, over = 0;  // the largest aim that measured within the limit, the smallest above
-  KvAutoTarget aim = target;
+  KvAutoTarget aim;
   aim.kld = limit;
   for (int attempt = 0; attempt < 6 && limit > floor; ++attempt) {
     const KvAutoChoice choice = measure(select_kv_layers(m, base, aim));

@@ -95,4 +95,10 @@ KvAutoChoice choose_kv_layers(Transformer& model, const std::vector<TokenId>& id
                               const ShapeCacheFactory& make_cache, const KvAutoMeasurement& m,
                               const KvAutoTarget& target, const KvAutoOptions& options);
 
+// choose_kv_layers' search for a KLD limit (the budget times the margin), with kld_of measuring a
+// choice on the calibration text: at most 6 distinct choices measured, plus the largest candidate
+// everywhere when none of them was within the limit.
+KvAutoChoice search_kv_choice(const KvAutoMeasurement& m, const KvCacheShape& base, double limit,
+                              const std::function<double(const KvAutoChoice&)>& kld_of);
+
 }  // namespace tq

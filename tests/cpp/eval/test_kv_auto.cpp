@@ -166,6 +166,56 @@ TEST(KvAuto, AFloorEverySingleSideShowsIsCountedOnce) {
   EXPECT_EQ(at_tq4p, 2);
 }
 
+// The search against measured runs (search_kv_choice), with made-up measurements of a choice: it
+// keeps the cheapest choice measured within the limit, finds a cheaper one than the first
+// selection when the prediction was too careful, gets under the limit when it was too bold, and
+// falls back to q8_0 everywhere when nothing is within; never more than 6 distinct runs.
+TEST(KvAuto, TheAimIsSearchedAgainstMeasuredRuns) {
+  const int L = 8;
+  KvCacheShape base;
+  base.num_layers = L;
+  base.num_kv_heads = 1;
+  base.head_dim = 64;
+  KvAutoMeasurement m;
+  m.candidates = {KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::Q8_0};
+  for (int l = 0; l < L; ++l) {
+    m.k_kld.push_back({0.002 * (l + 1), 0.0002 * (l + 1), 0});
+    m.v_kld.push_back({0.001 * (l + 1), 0.0001 * (l + 1), 0});
+  }
+  m.all_kld = {0.108, 0.0108, 0.001};
+  const auto bytes = [&](const KvAutoChoice& c) {
+    size_t b = 0;
+    for (int l = 0; l < L; ++l) b += kv_row_bytes(c.k[l], 64) + kv_row_bytes(c.v[l], 64);
+    return b;
+  };
+  const double limit = 0.007;
+  KvAutoTarget at_limit;
+  at_limit.kld = limit;
+  const KvAutoChoice first = select_kv_layers(m, base, at_limit);
+  for (double truth : {0.5, 1.5}) {  // what a choice measures, relative to its predicted excess
+    const auto truly = [&](const KvAutoChoice& c) { return m.all_kld.back() + truth * (c.predicted_kld - m.all_kld.back()); };
+    std::vector<KvAutoChoice> runs;
+    const KvAutoChoice c = search_kv_choice(m, base, limit, [&](const KvAutoChoice& r) {
+      runs.push_back(r);
+      return truly(r);
+    });
+    EXPECT_LE(runs.size(), 6u) << truth;
+    EXPECT_LE(c.measured_kld, limit) << truth;
+    EXPECT_DOUBLE_EQ(c.measured_kld, truly(c)) << truth;
+    for (const KvAutoChoice& r : runs)  // no run within the limit was cheaper than the one kept
+      if (truly(r) <= limit) EXPECT_GE(bytes(r), bytes(c)) << truth;
+    if (truth < 1) EXPECT_LT(bytes(c), bytes(first));  // the first selection measured well within
+  }
+  int calls = 0;
+  const KvAutoChoice none = search_kv_choice(m, base, limit, [&](const KvAutoChoice& c) {
+    ++calls;
+    return c.k[0] == KvDtype::Q8_0 && c.v[0] == KvDtype::Q8_0 && c.k[L - 1] == KvDtype::Q8_0 ? 0.0071 : 0.02;
+  });
+  for (int l = 0; l < L; ++l) EXPECT_EQ(none.k[l], KvDtype::Q8_0);
+  EXPECT_DOUBLE_EQ(none.measured_kld, 0.0071);  // the fallback is measured too: over the limit
+  EXPECT_LE(calls, 7);
+}
+
 TEST(KvAuto, TheWholeChoiceIsMeasuredAndKeptWithinTheBudget) {
   const auto factory = [](const KvCacheShape& s, int blocks) { return std::make_unique<KvCache>(s, blocks); };
   KvAutoOptions o;
