@@ -195,9 +195,9 @@ KvAutoChoice search_kv_choice(const KvAutoMeasurement& m, const KvCacheShape& ba
   // then bisected between them. The choice kept is the one with the fewest bytes that measured
   // within the limit (the largest candidate everywhere when none did).
   const auto bytes = [&](const KvAutoChoice& c) {
-    size_t b = 0;
-    for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], base.head_dim) + kv_row_bytes(c.v[l], base.head_dim);
-    return b;
+    KvCacheShape s = base;
+    s.k_layers = c.k, s.v_layers = c.v;
+    return s.bytes_per_token();
   };
   std::optional<KvAutoChoice> best;
   std::vector<KvAutoChoice> tried;

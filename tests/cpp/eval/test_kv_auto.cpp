@@ -56,11 +56,21 @@ KvAutoChoice choose(double budget) {
   return select_kv_layers(measured(), tiny().shape(), t);
 }
 
-size_t row_bytes(const KvAutoChoice& c) {
+size_t row_bytes(const KvAutoChoice& c, int head_dim = tiny().model.config.head_dim) {
   size_t b = 0;
-  for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], tiny().model.config.head_dim) + kv_row_bytes(c.v[l], tiny().model.config.head_dim);
+  for (size_t l = 0; l < c.k.size(); ++l) b += kv_row_bytes(c.k[l], head_dim) + kv_row_bytes(c.v[l], head_dim);
   return b;
 }
+
+// A cache of L layers, one KV head of 64, for measurements made up by the test; its candidates.
+KvCacheShape made_up_shape(int L) {
+  KvCacheShape s;
+  s.num_layers = L;
+  s.num_kv_heads = 1;
+  s.head_dim = 64;
+  return s;
+}
+const std::vector<KvDtype> kMadeUpCandidates = {KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::Q8_0};
 
 TEST(KvAuto, BudgetParsesOrFailsByName) {
   EXPECT_EQ(parse_kv_auto("auto")->kld, kDefaultKvAutoBudget);
@@ -119,12 +129,9 @@ TEST(KvAuto, ChoiceStaysWithinTheBudgetAndSpendsLessAsItGrows) {
 // candidate everywhere is predicted as its all-sides run measured.
 TEST(KvAuto, AFloorEverySingleSideShowsIsCountedOnce) {
   const int L = 4;
-  KvCacheShape base;
-  base.num_layers = L;
-  base.num_kv_heads = 1;
-  base.head_dim = 64;
+  KvCacheShape base = made_up_shape(L);
   KvAutoMeasurement m;
-  m.candidates = {KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::Q8_0};
+  m.candidates = kMadeUpCandidates;
   const double floor = 0.003;
   for (int l = 0; l < L; ++l) {
     m.k_kld.push_back({floor + 0.004 * (l + 1), floor + 0.0004 * (l + 1), floor});
@@ -172,22 +179,15 @@ TEST(KvAuto, AFloorEverySingleSideShowsIsCountedOnce) {
 // falls back to q8_0 everywhere when nothing is within; never more than 6 distinct runs.
 TEST(KvAuto, TheAimIsSearchedAgainstMeasuredRuns) {
   const int L = 8;
-  KvCacheShape base;
-  base.num_layers = L;
-  base.num_kv_heads = 1;
-  base.head_dim = 64;
+  KvCacheShape base = made_up_shape(L);
   KvAutoMeasurement m;
-  m.candidates = {KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::Q8_0};
+  m.candidates = kMadeUpCandidates;
   for (int l = 0; l < L; ++l) {
     m.k_kld.push_back({0.002 * (l + 1), 0.0002 * (l + 1), 0});
     m.v_kld.push_back({0.001 * (l + 1), 0.0001 * (l + 1), 0});
   }
   m.all_kld = {0.108, 0.0108, 0.001};
-  const auto bytes = [&](const KvAutoChoice& c) {
-    size_t b = 0;
-    for (int l = 0; l < L; ++l) b += kv_row_bytes(c.k[l], 64) + kv_row_bytes(c.v[l], 64);
-    return b;
-  };
+  const auto bytes = [](const KvAutoChoice& c) { return row_bytes(c, 64); };
   const double limit = 0.007;
   KvAutoTarget at_limit;
   at_limit.kld = limit;
