@@ -25,7 +25,8 @@ int run_info(const InfoFlags& f) {
   nlohmann::json kv = nlohmann::json::object(), kv_modes = nlohmann::json::array();
   for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0, KvDtype::Q4_0H,
                     KvDtype::TQ4, KvDtype::TQ4H, KvDtype::TQ3_5, KvDtype::TQ3, KvDtype::TQ3H, KvDtype::TQ2_5,
-                    KvDtype::TQ2, KvDtype::TQ2H, KvDtype::TQ4C, KvDtype::TQ3C, KvDtype::TQ2C, KvDtype::TQ4P}) {
+                    KvDtype::TQ2, KvDtype::TQ2H, KvDtype::TQ4C, KvDtype::TQ3C, KvDtype::TQ2C, KvDtype::TQ4P,
+                    KvDtype::TQ3O, KvDtype::TQ2O}) {
     try {
       check_kv_dtype(d, c.head_dim, /*hadamard_rotation=*/false);
     } catch (const Error&) {

@@ -64,6 +64,19 @@ void decode_pairs_scalar(const uint8_t* codes, int dim, const float* points, flo
   }
 }
 
+// Coordinates an orthant pattern holds (TQ_ORTHANT): 4 at 3 bits, 8 at 2.
+inline int orthant_group_of(const CodedRowFormat& f) { return 8 / (f.bits - 1); }
+
+// A tq3o / tq2o row: out[g D + k] = +-scale * levels[code_g][k], negative where the sign map's bit is set.
+void decode_orthant_scalar(const uint8_t* row, int dim, int bits, const float* levels, float scale, float* out) {
+  const int group = 8 / (bits - 1);
+  const uint8_t* signs = row + dim / group;
+  for (int c = 0; c < dim; ++c) {
+    const float v = levels[row[c / group] * group + c % group] * scale;
+    out[c] = (signs[c / 8] >> (c % 8)) & 1 ? -v : v;
+  }
+}
+
 size_t channel_codes_bytes(const CodedRowFormat& f) {
   size_t bytes = 0;
   for (int p = 0; p < f.parts; ++p) bytes += size_t(f.part_dims[p]) * f.part_bits[p] / 8;
@@ -106,6 +119,11 @@ void check_coded_row_format(const CodedRowFormat& f) {
       if (f.dim % 2 != 0) fail("tq4p KV rows need an even head_dim, got {}", f.dim);
       if (!f.levels) fail("tq4p KV rows need their codebook's points");
       return;
+    case RowCodec::TQ_ORTHANT:
+      if (f.bits != 2 && f.bits != 3) fail("orthant-coded KV rows have 2 or 3 bits per coordinate, not {}", f.bits);
+      if (f.dim % 8 != 0) fail("tq{}o KV rows need head_dim to be a multiple of 8, got {}", f.bits, f.dim);
+      if (!f.levels) fail("tq{}o KV rows need their codebook's patterns", f.bits);
+      return;
   }
   fail("unknown KV row codec {}", int(f.codec));
 }
@@ -121,6 +139,7 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
     case RowCodec::TQ_CHANNELS: return channel_codes_bytes(f) + 2;
     case RowCodec::TQ_PAIRS: return size_t(f.dim) / 2 + 2;
+    case RowCodec::TQ_ORTHANT: return size_t(f.dim) / orthant_group_of(f) + size_t(f.dim) / 8 + 2;
   }
   return 0;
 }
@@ -167,6 +186,9 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
     }
     case RowCodec::TQ_PAIRS:
       decode_pairs_scalar(row, d, f.levels, fp16_at(row + d / 2), out, 0);
+      return;
+    case RowCodec::TQ_ORTHANT:
+      decode_orthant_scalar(row, d, f.bits, f.levels, fp16_at(row + d / orthant_group_of(f) + d / 8), out);
       return;
   }
 }
@@ -416,6 +438,15 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
         decode_pairs(row, d, f.levels, fp16_at(row + d / 2), out + i * out_stride);
       }
       return;
+    case RowCodec::TQ_ORTHANT: {
+      // No vector decoder yet: the scalar one (the fp32 attention paths read these rows).
+      const size_t scale_at = size_t(d) / orthant_group_of(f) + size_t(d) / 8;
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        decode_orthant_scalar(row, d, f.bits, f.levels, fp16_at(row + scale_at), out + i * out_stride);
+      }
+      return;
+    }
   }
 }
 

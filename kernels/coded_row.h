@@ -17,13 +17,17 @@
 //   TQ_PAIRS          tq4p rows (quant/pair_codebook.h): byte c is the index of a 2-D point
 //                     (levels[2i], levels[2i + 1]) holding coordinates c and c + dim/2, then an
 //                     fp16 scale; decodes to scale * point coordinates.
+//   TQ_ORTHANT        tq3o / tq2o rows (quant/orthant_codebook.h): bits 3 or 2, D = 8 / (bits - 1);
+//                     d/D pattern bytes (pattern g holds coordinates g D .. g D + D - 1), a d-bit sign
+//                     map (bit set: negative), an fp16 scale; levels = [256][D] magnitudes;
+//                     decodes to +-scale * magnitude.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 namespace tq {
 
-enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT, TQ_CHANNELS, TQ_PAIRS };
+enum class RowCodec : uint8_t { F32, BF16, F16, Q8_0, Q4_0, TQ, TQ_SPLIT, TQ_CHANNELS, TQ_PAIRS, TQ_ORTHANT };
 
 inline constexpr int kMaxChannelParts = 7;  // one per bit width 0..6
 
@@ -33,7 +37,7 @@ struct CodedRowFormat {
   int bits = 0;                      // TQ: bits; TQ_SPLIT: bits of the first half
   int bits_lo = 0;                   // TQ_SPLIT: bits of the second half
   const float* levels = nullptr;     // TQ / TQ_SPLIT first half: [2^bits] codebook levels;
-                                     // TQ_PAIRS: [256][2] points
+                                     // TQ_PAIRS: [256][2] points; TQ_ORTHANT: [256][D]
   const float* levels_lo = nullptr;  // TQ_SPLIT second half: [2^bits_lo]
   bool f16_scale = false;            // TQ: the scale after the codes is fp16, not fp32
   // TQ_CHANNELS: `parts` runs of part_dims[i] coordinates (multiples of 8, summing to dim) at

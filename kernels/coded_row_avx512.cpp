@@ -173,6 +173,7 @@ bool coded_row_avx512_available(const CodedRowFormat& f) {
       return tq_avx512_bits(f.bits, f.dim / 2) && tq_avx512_bits(f.bits_lo, f.dim / 2);
     case RowCodec::TQ_CHANNELS:
     case RowCodec::TQ_PAIRS:
+    case RowCodec::TQ_ORTHANT:
       return false;
   }
   return false;
@@ -219,6 +220,7 @@ TQ_AVX512 void decode_coded_rows_avx512(const CodedRowFormat& f, const uint8_t* 
     }
     case RowCodec::TQ_CHANNELS:
     case RowCodec::TQ_PAIRS:
+    case RowCodec::TQ_ORTHANT:
       break;
   }
   decode_coded_rows_avx2(f, first, row_stride, n, out, out_stride);  // not reached when available

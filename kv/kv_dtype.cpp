@@ -8,6 +8,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/ggml_blocks.h"
 #include "kernels/tq_packing.h"
+#include "quant/orthant_codebook.h"
 #include "quant/pair_codebook.h"
 
 namespace tq {
@@ -24,6 +25,7 @@ constexpr NamedDtype kDtypes[] = {
     {KvDtype::TQ2, "tq2"},   {KvDtype::TQ3_5, "tq3.5"}, {KvDtype::TQ2_5, "tq2.5"}, {KvDtype::TQ4H, "tq4h"},
     {KvDtype::TQ3H, "tq3h"}, {KvDtype::TQ2H, "tq2h"},
     {KvDtype::TQ4C, "tq4c"}, {KvDtype::TQ3C, "tq3c"}, {KvDtype::TQ2C, "tq2c"}, {KvDtype::TQ4P, "tq4p"},
+    {KvDtype::TQ3O, "tq3o"}, {KvDtype::TQ2O, "tq2o"},
 };
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -74,6 +76,8 @@ bool kv_dtype_is_channel_bits(KvDtype dtype) {
 
 bool kv_dtype_is_pairs(KvDtype dtype) { return dtype == KvDtype::TQ4P; }
 
+bool kv_dtype_is_orthant(KvDtype dtype) { return dtype == KvDtype::TQ3O || dtype == KvDtype::TQ2O; }
+
 bool kv_dtype_is_rotated(KvDtype dtype) { return dtype == KvDtype::Q4_0H || kv_dtype_is_tq(dtype); }
 
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
@@ -84,10 +88,12 @@ std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype) {
     case KvDtype::TQ4P: return {4, 4};
     case KvDtype::TQ3:
     case KvDtype::TQ3H:
-    case KvDtype::TQ3C: return {3, 3};
+    case KvDtype::TQ3C:
+    case KvDtype::TQ3O: return {3, 3};
     case KvDtype::TQ2:
     case KvDtype::TQ2H:
-    case KvDtype::TQ2C: return {2, 2};
+    case KvDtype::TQ2C:
+    case KvDtype::TQ2O: return {2, 2};
     case KvDtype::TQ3_5: return {4, 3};
     case KvDtype::TQ2_5: return {3, 2};
     default: return {0, 0};
@@ -117,6 +123,8 @@ void check_kv_dtype(KvDtype dtype, int head_dim, bool hadamard_rotation) {
   try {
     if (kv_dtype_is_pairs(dtype)) {
       check_tq_pair_row_shape(head_dim);
+    } else if (kv_dtype_is_orthant(dtype)) {
+      check_tq_orthant_row_shape(head_dim, hi);
     } else if (kv_dtype_is_split(dtype)) {
       check_tq_split_row_shape(head_dim, hi, lo);
     } else {
@@ -145,6 +153,7 @@ size_t kv_row_bytes(KvDtype dtype, int head_dim) {
   if (kv_dtype_is_split(dtype)) return tq_split_row_bytes(head_dim, hi, lo);
   if (kv_dtype_is_channel_bits(dtype)) return d * hi / 8 + 2;
   if (kv_dtype_is_pairs(dtype)) return tq_pair_row_bytes(head_dim);
+  if (kv_dtype_is_orthant(dtype)) return tq_orthant_row_bytes(head_dim, hi);
   return tq_row_bytes(head_dim, hi) - (kv_dtype_has_f16_norm(dtype) ? 2 : 0);
 }
 

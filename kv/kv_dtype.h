@@ -12,6 +12,10 @@
 //   tq4p             TurboQuant with 4 bits per coordinate coded in pairs: one byte per pair of
 //                    rotated coordinates, the nearest of 256 points (quant/pair_codebook.h), and an
 //                    fp16 scale; the bytes of tq4h
+//   tq3o, tq2o       TurboQuant with orthant codes: one sign bit per rotated coordinate and one
+//                    byte per group of 4 (3 bits) or 8 (2 bits) coordinates' magnitudes, the
+//                    nearest of 256 patterns (quant/orthant_codebook.h), and an fp16 scale; the
+//                    bytes of tq3h / tq2h
 //   tq3.5, tq2.5     TurboQuant split: the row's outlier half (chosen per layer and KV head by
 //                    calibration, engine/kv_calibration.h) at 4 (3) bits, the rest at 3 (2) bits
 #pragma once
@@ -22,7 +26,7 @@
 
 namespace tq {
 
-enum class KvDtype { F32, BF16, F16, Q8_0, Q4_0, Q4_0H, TQ4, TQ3, TQ2, TQ3_5, TQ2_5, TQ4H, TQ3H, TQ2H, TQ4C, TQ3C, TQ2C, TQ4P };
+enum class KvDtype { F32, BF16, F16, Q8_0, Q4_0, Q4_0H, TQ4, TQ3, TQ2, TQ3_5, TQ2_5, TQ4H, TQ3H, TQ2H, TQ4C, TQ3C, TQ2C, TQ4P, TQ3O, TQ2O };
 
 std::optional<KvDtype> parse_kv_dtype(std::string_view name);
 std::string_view kv_dtype_name(KvDtype dtype);
@@ -34,6 +38,7 @@ bool kv_dtype_is_split(KvDtype dtype);     // tq3.5, tq2.5
 bool kv_dtype_has_f16_norm(KvDtype dtype);  // tq4h, tq3h, tq2h
 bool kv_dtype_is_channel_bits(KvDtype dtype);  // tq4c, tq3c, tq2c
 bool kv_dtype_is_pairs(KvDtype dtype);     // tq4p
+bool kv_dtype_is_orthant(KvDtype dtype);   // tq3o, tq2o
 bool kv_dtype_is_rotated(KvDtype dtype);   // q4_0h and tq*
 // TurboQuant bit widths: {b, b} for tq<b>, {hi, lo} for split modes; {0, 0} otherwise.
 std::pair<int, int> kv_dtype_tq_bits(KvDtype dtype);

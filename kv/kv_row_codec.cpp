@@ -49,13 +49,15 @@ KvRowCodec::KvRowCodec(KvDtype dtype, int head_dim, int layer, const KvQuantOpti
     const auto [hi, lo] = kv_dtype_tq_bits(dtype);
     const int rd = kv_dtype_is_split(dtype) ? d_ / 2 : d_;
     rot_ = Rotation::make(o.rotation, rd, o.seed, layer);
-    if (!kv_dtype_is_pairs(dtype)) cb_hi_ = make_codebook(o.codebook, rd, hi);
+    const bool own_codebook = kv_dtype_is_pairs(dtype) || kv_dtype_is_orthant(dtype);
+    if (!own_codebook) cb_hi_ = make_codebook(o.codebook, rd, hi);
     if (kv_dtype_is_split(dtype)) cb_lo_ = make_codebook(o.codebook, rd, lo);
     // Rows the integer attention arithmetic may read (keys and values at 2 to 4 bits): coded with
-    // the levels it holds.
-    if (!kv_dtype_is_split(dtype) && !kv_dtype_is_pairs(dtype) && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
+    // the levels it holds. Orthant rows have no integer path yet: their patterns stay as generated.
+    if (!kv_dtype_is_split(dtype) && !own_codebook && hi >= 2 && (o.int8_key_scores || o.int8_value_sums))
       cb_hi_ = snapped_to_int8_grid(std::move(cb_hi_));
     if (kv_dtype_is_pairs(dtype)) pairs_ = &tq::pair_codebook(d_, o.int8_key_scores || o.int8_value_sums);
+    if (kv_dtype_is_orthant(dtype)) orthant_ = &tq::orthant_codebook(d_, hi);
   }
   if (kv_dtype_is_channel_bits(dtype)) {
     const int bits = kv_dtype_tq_bits(dtype).first;
@@ -99,6 +101,7 @@ const std::vector<int>& KvRowCodec::order(int head) const {
 
 const Codebook& KvRowCodec::codebook() const {
   if (pairs_) fail("--kv-cache-dtype tq4p rows are coded with a pair codebook (pair_codebook()), not a scalar one");
+  if (orthant_) fail("--kv-cache-dtype {} rows are coded with an orthant codebook (orthant_codebook()), not a scalar one", kv_dtype_name(dtype_));
   return cb_hi_;
 }
 
@@ -175,6 +178,13 @@ CodedRowFormat KvRowCodec::row_format() const {
       f.bits = 4;
       f.f16_scale = true;
       f.levels = pairs_->points.data();
+      return f;
+    }
+    if (orthant_) {
+      f.codec = RowCodec::TQ_ORTHANT;
+      f.bits = orthant_->bits;
+      f.f16_scale = true;
+      f.levels = orthant_->patterns.data();
       return f;
     }
     f.codec = kv_dtype_is_split(dtype_) ? RowCodec::TQ_SPLIT : RowCodec::TQ;
@@ -285,6 +295,10 @@ void KvRowCodec::encode(const float* x_in, int head, uint8_t* row) const {
   }
   if (pairs_) {
     tq_encode_pair_row(x, *pairs_, rot_, row, scale_mode_);
+    return;
+  }
+  if (orthant_) {
+    tq_encode_orthant_row(x, *orthant_, rot_, row, scale_mode_);
     return;
   }
   if (kv_dtype_has_f16_norm(dtype_)) {  // the fp32 row, its scale then rounded to fp16

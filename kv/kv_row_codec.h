@@ -16,6 +16,7 @@
 #include "kv/kv_dtype.h"
 #include "quant/channel_bits.h"
 #include "quant/codebook.h"
+#include "quant/orthant_codebook.h"
 #include "quant/pair_codebook.h"
 #include "quant/rotation.h"
 #include "quant/tq_row.h"
@@ -119,10 +120,12 @@ class KvRowCodec {
   // What a TurboQuant row (tq<b>, tq<b>h) is coded with, for another device's encoder to code it
   // the same way (kernels/cuda/tq_encode.h): the layer's rotation, the codebook, the scale's rule.
   const Rotation& rotation() const { return rot_; }
-  // Fails for tq4p, whose rows are coded with pair_codebook() instead.
+  // Fails for tq4p, tq3o and tq2o, whose rows are coded with pair_codebook() / orthant_codebook() instead.
   const Codebook& codebook() const;
   // tq4p: the shared pair codebook (null for other dtypes).
   const PairCodebook* pair_codebook() const { return pairs_; }
+  // tq3o, tq2o: the shared orthant codebook (null for other dtypes).
+  const OrthantCodebook* orthant_codebook() const { return orthant_; }
   TqScaleMode scale_mode() const { return scale_mode_; }
   // The head's center / scale, or null when there is none.
   const float* center(int head) const;
@@ -140,6 +143,7 @@ class KvRowCodec {
   ChannelCoding channels_;                  // channel-bit dtypes
   std::vector<Codebook> channel_codebooks_;  // [bits], standard normal, for the widths the layout uses
   const PairCodebook* pairs_ = nullptr;      // tq4p: the shared codebook for head_dim
+  const OrthantCodebook* orthant_ = nullptr;  // tq3o, tq2o: the shared codebook for head_dim and bits
 
   const float* channel_basis(int head) const;  // [d*d]
   const float* channel_sigma(int head) const;  // [d]

@@ -179,7 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
                       KvMode{KvDtype::TQ4, windows(20, 0, 16), "tq4_sinks_only"},
                       KvMode{KvDtype::Q4_0H, windows(4, 33, 24), "q4_0h_windows_24_blocks"},
                       KvMode{KvDtype::TQ3C, {}, "tq3c"}, KvMode{KvDtype::TQ3C, windows(4, 20, 24), "tq3c_windows_24_blocks"},
-                      KvMode{KvDtype::TQ4P, {}, "tq4p"}, KvMode{KvDtype::TQ4P, windows(4, 20, 24), "tq4p_windows_24_blocks"}),
+                      KvMode{KvDtype::TQ4P, {}, "tq4p"}, KvMode{KvDtype::TQ4P, windows(4, 20, 24), "tq4p_windows_24_blocks"},
+                      KvMode{KvDtype::TQ3O, {}, "tq3o"}, KvMode{KvDtype::TQ2O, windows(4, 20, 24), "tq2o_windows_24_blocks"}),
     [](const ::testing::TestParamInfo<KvMode>& info) { return info.param.name; });
 
 }  // namespace

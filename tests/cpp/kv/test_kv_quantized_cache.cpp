@@ -35,7 +35,8 @@ namespace {
 const std::vector<KvDtype> kAllDtypes = {KvDtype::F32,  KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0,
                                          KvDtype::Q4_0, KvDtype::Q4_0H, KvDtype::TQ4, KvDtype::TQ3,
                                          KvDtype::TQ2,  KvDtype::TQ3_5, KvDtype::TQ2_5, KvDtype::TQ4H,
-                                         KvDtype::TQ3H, KvDtype::TQ2H, KvDtype::TQ4P};
+                                         KvDtype::TQ3H, KvDtype::TQ2H, KvDtype::TQ4P, KvDtype::TQ3O,
+                                         KvDtype::TQ2O};
 
 std::vector<float> random_vec(size_t n, std::mt19937& rng, float sigma = 1.0f) {
   std::normal_distribution<float> normal(0.0f, sigma);
@@ -184,7 +185,7 @@ TEST(BaselineQuant, MatchesGgmlReference) {
 // Dtype names, checks and sizes
 
 TEST(KvDtypeQuant, NamesAndChoices) {
-  EXPECT_EQ(kv_dtype_choices(), "f32, bf16, f16, q8_0, q4_0, q4_0h, tq4, tq3, tq2, tq3.5, tq2.5, tq4h, tq3h, tq2h, tq4c, tq3c, tq2c, tq4p");
+  EXPECT_EQ(kv_dtype_choices(), "f32, bf16, f16, q8_0, q4_0, q4_0h, tq4, tq3, tq2, tq3.5, tq2.5, tq4h, tq3h, tq2h, tq4c, tq3c, tq2c, tq4p, tq3o, tq2o");
   for (KvDtype d : kAllDtypes) {
     const auto parsed = parse_kv_dtype(kv_dtype_name(d));
     ASSERT_TRUE(parsed.has_value()) << kv_dtype_name(d);
@@ -206,7 +207,8 @@ TEST(KvDtypeQuant, RowBytes) {
       {KvDtype::TQ4, 128, 68},   {KvDtype::TQ3, 128, 52},  {KvDtype::TQ2, 128, 36},  {KvDtype::TQ3_5, 64, 32},
       {KvDtype::TQ2_5, 128, 44}, {KvDtype::Q8_0, 64, 68},  {KvDtype::Q4_0, 64, 36},  {KvDtype::Q4_0H, 64, 36},
       {KvDtype::F16, 64, 128},   {KvDtype::BF16, 64, 128}, {KvDtype::F32, 64, 256},  {KvDtype::TQ4H, 64, 34},
-      {KvDtype::TQ3H, 64, 26},   {KvDtype::TQ2H, 128, 34}, {KvDtype::TQ4P, 64, 34}};
+      {KvDtype::TQ3H, 64, 26},   {KvDtype::TQ2H, 128, 34}, {KvDtype::TQ4P, 64, 34},  {KvDtype::TQ3O, 64, 26},
+      {KvDtype::TQ2O, 128, 34}};
   for (const auto& [dt, d, bytes] : sizes) EXPECT_EQ(kv_row_bytes(dt, d), bytes) << kv_dtype_name(dt) << " d=" << d;
   EXPECT_DOUBLE_EQ(kv_bits_per_element(KvDtype::TQ4, 128), 4.25);
   EXPECT_DOUBLE_EQ(kv_bits_per_element(KvDtype::TQ4H, 64), 4.25);
