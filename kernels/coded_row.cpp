@@ -439,7 +439,7 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
       }
       return;
     case RowCodec::TQ_ORTHANT: {
-      // No vector decoder yet: the scalar one (the fp32 attention paths read these rows).
+      // The scalar decoder: on AVX-512 machines decode_coded_rows_avx512 gathers them instead.
       const size_t scale_at = size_t(d) / orthant_group_of(f) + size_t(d) / 8;
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;

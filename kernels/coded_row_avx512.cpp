@@ -44,6 +44,31 @@ bool tq_avx512_bits(int bits, int d) {
   return (bits == 4 && d % 32 == 0) || (bits == 2 && d % 64 == 0) || (bits == 3 && d % 64 == 0);
 }
 
+// tq3o / tq2o rows (kernels/coded_row.h TQ_ORTHANT; D = group = 4 or 8): 16 coordinates at a time,
+// lane j gathering levels[code * D + k] for the chunk's pattern byte j / D and k = j % D, times the
+// scale, negated (sign bit flipped, as the scalar -v) where the sign map's bit is set.
+TQ_AVX512_INLINE void decode_orthant(const uint8_t* row, int d, int group, const float* levels, float scale, float* out) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const bool four = group == 4;
+  const __m128i spread = four ? _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+                              : _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i within = four ? _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3)
+                              : _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  const int shift = four ? 2 : 3;
+  const uint8_t* signs = row + d / group;
+  for (int c = 0; c < d; c += 16) {
+    uint32_t bytes;  // the chunk's 4 (or 2, and 2 bytes after them in the row) pattern bytes
+    std::memcpy(&bytes, row + c / group, sizeof bytes);
+    const __m128i lanes = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(bytes)), spread);
+    const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(lanes), shift), within);
+    const __m512i v = _mm512_castps_si512(_mm512_mul_ps(_mm512_i32gather_ps(idx, levels, 4), s));
+    uint16_t negative;
+    std::memcpy(&negative, signs + c / 8, sizeof negative);
+    _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, negative, v, sign)));
+  }
+}
+
 // b = 4: byte c (c < d/2) = idx[c] | idx[c + d/2] << 4; vpermps reads the low 4 bits only.
 TQ_AVX512_INLINE void decode4(const uint8_t* codes, int d, __m512 table, float* out) {
   const int half = d / 2;
@@ -171,9 +196,10 @@ bool coded_row_avx512_available(const CodedRowFormat& f) {
       return tq_avx512_bits(f.bits, f.dim);
     case RowCodec::TQ_SPLIT:
       return tq_avx512_bits(f.bits, f.dim / 2) && tq_avx512_bits(f.bits_lo, f.dim / 2);
+    case RowCodec::TQ_ORTHANT:
+      return f.bits == 2 || f.bits == 3;
     case RowCodec::TQ_CHANNELS:
     case RowCodec::TQ_PAIRS:
-    case RowCodec::TQ_ORTHANT:
       return false;
   }
   return false;
@@ -218,9 +244,17 @@ TQ_AVX512 void decode_coded_rows_avx512(const CodedRowFormat& f, const uint8_t* 
       }
       return;
     }
+    case RowCodec::TQ_ORTHANT: {
+      const int group = 8 / (f.bits - 1);
+      const size_t scale_at = size_t(d) / group + size_t(d) / 8;
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* row = first + i * row_stride;
+        decode_orthant(row, d, group, f.levels, load_f16_value(row + scale_at), out + i * out_stride);
+      }
+      return;
+    }
     case RowCodec::TQ_CHANNELS:
     case RowCodec::TQ_PAIRS:
-    case RowCodec::TQ_ORTHANT:
       break;
   }
   decode_coded_rows_avx2(f, first, row_stride, n, out, out_stride);  // not reached when available

@@ -4,6 +4,7 @@
 // tq2h's on random rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -215,7 +216,8 @@ TEST(QuantOrthantCodebook, VectorDecodersMatchTheScalarOne) {
       const CodedRowFormat f = codec.row_format();
       EXPECT_NO_THROW(check_coded_row_format(f));
       EXPECT_EQ(coded_row_bytes(f), kv_row_bytes(dtype, d));
-      EXPECT_FALSE(coded_row_avx512_available(f));  // the AVX2 entry serves them
+      // d = 24: no AVX-512 decoder (16 coordinates a step), the AVX2 entry's scalar loop serves it
+      if (d % 16 != 0) EXPECT_FALSE(coded_row_avx512_available(f));
       std::mt19937 rng(d);
       std::normal_distribution<float> normal(0.0f, 2.0f);
       const int rows = 5;
@@ -230,6 +232,8 @@ TEST(QuantOrthantCodebook, VectorDecodersMatchTheScalarOne) {
       for (int r = 0; r < rows; ++r) decode_coded_row_scalar(f, coded.data() + r * rb, scalar.data() + size_t(r) * d);
       decode_coded_rows_avx2(f, coded.data(), rb, rows, simd.data(), d);
       EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), scalar.size() * sizeof(float)), 0) << "d=" << d;
+      if (!coded_row_avx512_available(f)) continue;
+      std::fill(simd.begin(), simd.end(), -1.0f);
       decode_coded_rows_avx512(f, coded.data(), rb, rows, simd.data(), d);
       EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), scalar.size() * sizeof(float)), 0) << "d=" << d;
     }
