@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "errors/error.h"
+#include "quant/coded_row_scale.h"
 
 namespace tq {
 namespace {
@@ -100,15 +101,10 @@ void tq_encode_orthant_row(const float* x, const OrthantCodebook& codebook, cons
   if (codebook.dim != d) fail("tq{}o codebook is for d={} but the rotation is for d={}", codebook.bits, codebook.dim, d);
   check_tq_orthant_row_shape(d, codebook.bits);
   const int group = codebook.group, groups = d / group;
-  float u[kMaxDim], y[kMaxDim];
+  float y[kMaxDim];
   uint8_t idx[kMaxDim / 4];
 
-  double sum = 0.0;
-  for (int j = 0; j < d; ++j) sum += double(x[j]) * x[j];
-  const float n = static_cast<float>(std::sqrt(sum));
-  const float inv = n > 0.0f ? 1.0f / n : 0.0f;
-  for (int j = 0; j < d; ++j) u[j] = x[j] * inv;
-  rotation.apply(u, y);
+  const float n = rotated_unit_row(x, rotation, y);
 
   const float* pat = codebook.patterns.data();
   auto assign = [&](float inv_alpha) {
@@ -129,28 +125,7 @@ void tq_encode_orthant_row(const float* x, const OrthantCodebook& codebook, cons
       }
   };
   assign(1.0f);
-  double yc, cc;
-  float scale = n;
-  if (mode == TqScaleMode::least_squares && n > 0.0f) {
-    double alpha = 1.0;
-    uint8_t before[kMaxDim / 4];
-    for (int round = 0; round < 3; ++round) {
-      sums(&yc, &cc);
-      if (!(yc > 0.0)) break;
-      alpha = yc / cc;
-      std::memcpy(before, idx, size_t(groups));
-      assign(static_cast<float>(1.0 / alpha));
-      // The same codes give the same scale, and that scale the same codes: the rounds left
-      // would change nothing.
-      if (std::memcmp(before, idx, size_t(groups)) == 0) break;
-    }
-    sums(&yc, &cc);
-    if (yc > 0.0) alpha = yc / cc;
-    scale = static_cast<float>(double(n) * alpha);
-  } else if (mode == TqScaleMode::norm_corrected && n > 0.0f) {
-    sums(&yc, &cc);
-    scale = static_cast<float>(double(n) / std::sqrt(cc));
-  }
+  const float scale = coded_row_scale(mode, n, idx, groups, assign, sums);
   std::memcpy(row, idx, size_t(groups));
   uint8_t* signs = row + groups;
   std::memset(signs, 0, size_t(d) / 8);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "errors/error.h"
+#include "quant/coded_row_scale.h"
 
 namespace tq {
 namespace {
@@ -130,15 +131,10 @@ void tq_encode_pair_row(const float* x, const PairCodebook& codebook, const Rota
   if (codebook.dim != d) fail("tq4p codebook is for d={} but the rotation is for d={}", codebook.dim, d);
   check_tq_pair_row_shape(d);
   const int h = d / 2;
-  float u[512], y[512];
+  float y[512];
   uint8_t idx[256];
 
-  double sum = 0.0;
-  for (int j = 0; j < d; ++j) sum += double(x[j]) * x[j];
-  const float n = static_cast<float>(std::sqrt(sum));
-  const float inv = n > 0.0f ? 1.0f / n : 0.0f;
-  for (int j = 0; j < d; ++j) u[j] = x[j] * inv;
-  rotation.apply(u, y);
+  const float n = rotated_unit_row(x, rotation, y);
 
   const float* p = codebook.points.data();
   auto assign = [&](float inv_alpha) {
@@ -154,28 +150,7 @@ void tq_encode_pair_row(const float* x, const PairCodebook& codebook, const Rota
     }
   };
   assign(1.0f);
-  double yc, cc;
-  float scale = n;
-  if (mode == TqScaleMode::least_squares && n > 0.0f) {
-    double alpha = 1.0;
-    uint8_t before[256];
-    for (int round = 0; round < 3; ++round) {
-      sums(&yc, &cc);
-      if (!(yc > 0.0)) break;
-      alpha = yc / cc;
-      std::memcpy(before, idx, size_t(h));
-      assign(static_cast<float>(1.0 / alpha));
-      // The same codes give the same scale, and that scale the same codes: the rounds left
-      // would change nothing.
-      if (std::memcmp(before, idx, size_t(h)) == 0) break;
-    }
-    sums(&yc, &cc);
-    if (yc > 0.0) alpha = yc / cc;
-    scale = static_cast<float>(double(n) * alpha);
-  } else if (mode == TqScaleMode::norm_corrected && n > 0.0f) {
-    sums(&yc, &cc);
-    scale = static_cast<float>(double(n) / std::sqrt(cc));
-  }
+  const float scale = coded_row_scale(mode, n, idx, h, assign, sums);
   std::memcpy(row, idx, size_t(h));
   const uint16_t s16 = tq_scale_to_fp16(scale);
   std::memcpy(row + h, &s16, sizeof s16);

@@ -21,6 +21,7 @@
 #include "kv/kv_row_codec.h"
 #include "quant/orthant_codebook.h"
 #include "quant/rotation.h"
+#include "support/row_error_support.h"
 
 namespace tq {
 namespace {
@@ -246,23 +247,8 @@ TEST(QuantOrthantCodebook, RowErrorBelowTq3hAndTq2h) {
     for (int d : {64, 128}) {
       const KvRowCodec coded(orthant, d, 1, KvQuantOptions{}), scalar(scalar_dtype, d, 1, KvQuantOptions{});
       EXPECT_EQ(coded.row_bytes(), scalar.row_bytes());
-      std::mt19937 rng(3);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<uint8_t> row(coded.row_bytes());
-      std::vector<float> x(d), xhat(d);
-      double e_orthant = 0, e_scalar = 0;
-      const int rows = 2000;
-      for (int r = 0; r < rows; ++r) {
-        double n2 = 0;
-        for (float& v : x) v = normal(rng), n2 += double(v) * v;
-        for (const auto& [codec, err] : {std::pair{&coded, &e_orthant}, std::pair{&scalar, &e_scalar}}) {
-          codec->encode(x.data(), 0, row.data());
-          codec->decode(row.data(), 0, xhat.data());
-          double e = 0;
-          for (int j = 0; j < d; ++j) e += double(x[j] - xhat[j]) * (x[j] - xhat[j]);
-          *err += e / n2 / rows;
-        }
-      }
+      const double e_orthant = row_error_test::mean_relative_row_error(coded, 2000, 3);
+      const double e_scalar = row_error_test::mean_relative_row_error(scalar, 2000, 3);
       std::cout << "  " << kv_dtype_name(orthant) << " d=" << d << ": " << e_orthant << ", "
                 << kv_dtype_name(scalar_dtype) << " " << e_scalar << "\n";
       EXPECT_LT(e_orthant, 0.88 * e_scalar) << kv_dtype_name(orthant) << " d=" << d;

@@ -18,6 +18,7 @@
 #include "kv/kv_row_codec.h"
 #include "quant/pair_codebook.h"
 #include "quant/rotation.h"
+#include "support/row_error_support.h"
 
 namespace tq {
 namespace {
@@ -196,23 +197,8 @@ TEST(QuantPairCodebook, RowErrorBelowTq4h) {
   for (int d : {64, 128}) {
     const KvRowCodec pairs(KvDtype::TQ4P, d, 1, KvQuantOptions{}), scalar(KvDtype::TQ4H, d, 1, KvQuantOptions{});
     EXPECT_EQ(pairs.row_bytes(), scalar.row_bytes());
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<uint8_t> row(pairs.row_bytes());
-    std::vector<float> x(d), xhat(d);
-    double e_pairs = 0, e_scalar = 0;
-    const int rows = 3000;
-    for (int r = 0; r < rows; ++r) {
-      double n2 = 0;
-      for (float& v : x) v = normal(rng), n2 += double(v) * v;
-      for (const auto& [codec, err] : {std::pair{&pairs, &e_pairs}, std::pair{&scalar, &e_scalar}}) {
-        codec->encode(x.data(), 0, row.data());
-        codec->decode(row.data(), 0, xhat.data());
-        double e = 0;
-        for (int j = 0; j < d; ++j) e += double(x[j] - xhat[j]) * (x[j] - xhat[j]);
-        *err += e / n2 / rows;
-      }
-    }
+    const double e_pairs = row_error_test::mean_relative_row_error(pairs, 3000, 3);
+    const double e_scalar = row_error_test::mean_relative_row_error(scalar, 3000, 3);
     std::cout << "  d=" << d << ": tq4p " << e_pairs << ", tq4h " << e_scalar << "\n";
     EXPECT_LT(e_pairs, 0.9 * e_scalar) << "d=" << d;
     EXPECT_NEAR(e_pairs, 0.0070, 0.0008) << "d=" << d;
