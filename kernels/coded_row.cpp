@@ -139,7 +139,9 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::TQ_SPLIT: return tq_split_row_bytes(f.dim, f.bits, f.bits_lo);
     case RowCodec::TQ_CHANNELS: return channel_codes_bytes(f) + 2;
     case RowCodec::TQ_PAIRS: return size_t(f.dim) / 2 + 2;
-    case RowCodec::TQ_ORTHANT: return size_t(f.dim) / orthant_group_of(f) + size_t(f.dim) / 8 + 2;
+    case RowCodec::TQ_ORTHANT:
+      if (f.bits != 2 && f.bits != 3) fail("orthant-coded KV rows have 2 or 3 bits per coordinate, not {}", f.bits);
+      return size_t(f.dim) / orthant_group_of(f) + size_t(f.dim) / 8 + 2;
   }
   return 0;
 }

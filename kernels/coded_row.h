@@ -66,8 +66,8 @@ void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* first, size_
                             size_t out_stride);
 
 // The AVX-512 (F, +FMA, F16C) decoders (kernels/coded_row_avx512.cpp), bit-identical to the
-// scalar one like the AVX2 ones: available for dim % 16 == 0 and every codec except TQ_CHANNELS,
-// TurboQuant parts at 4 bits (dim % 32 == 0) or 2 and 3 bits (dim % 64 == 0).
+// scalar one like the AVX2 ones: available for dim % 16 == 0 and every codec except TQ_CHANNELS and
+// TQ_PAIRS, TurboQuant parts at 4 bits (dim % 32 == 0) or 2 and 3 bits (dim % 64 == 0).
 bool coded_row_avx512_available(const CodedRowFormat& f);
 void decode_coded_rows_avx512(const CodedRowFormat& f, const uint8_t* first, size_t row_stride, int n, float* out,
                               size_t out_stride);

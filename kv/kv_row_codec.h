@@ -44,7 +44,8 @@ struct KvQuantOptions {
   // order is fixed per output too, so every invariance holds, and it keeps both threads busy on
   // one long sequence; the exact one reproduces the FP path's logits of before it existed.
   bool exact_fp_attention = false;
-  // Whether 2- to 4-bit TurboQuant keys are scored in integer arithmetic (the query head and the
+  // Whether 2- to 4-bit TurboQuant keys (tq<b>, tq<b>h, tq4p rows; tq3o / tq2o rows have no integer
+  // kernels yet and are always read as fp32) are scored in integer arithmetic (the query head and the
   // codebook in int8, exact dot products: kernels/tq_key_scores.h) where the CPU has AVX-512 VNNI,
   // instead of decoding each key to fp32 first. docs/FIDELITY.md and docs/BENCHMARKS.md measure both.
   bool int8_key_scores = true;

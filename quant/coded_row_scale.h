@@ -9,6 +9,9 @@
 #include "quant/rotation.h"
 #include "quant/tq_row.h"
 
+// The arithmetic here has fused multiply-add candidates: a file that includes this header and
+// whose rows must be the same in every build compiles without contraction, as pair_codebook.cpp
+// and orthant_codebook.cpp do (CMakeLists.txt).
 namespace tq {
 
 // y = R (x / n) for the rotation's d; returns n = ||x|| (summed in double). A zero row gives y = 0.

@@ -7,15 +7,15 @@
 // D = 4 at 3 bits and D = 8 at 2 bits, so a pattern index is one byte and a row has the bytes of
 // tq3h / tq2h. The codebook is symmetric under every sign flip, so a group's nearest code is its
 // own signs and the pattern nearest its magnitudes. Per coordinate of a standard normal:
-// 0.0263 against the 3-bit scalar grid's 0.0345, 0.0947 against the 2-bit grid's 0.1174.
+// 0.0263 against the 3-bit scalar grid's 0.0345, 0.0947 against the 2-bit grid's 0.1175 (Max 1960).
 //
 // Row layout (tq_orthant_row_bytes(d, b) = d/D + d/8 + 2 bytes, D = 8 / (b - 1)):
 //   [0, d/D)             byte g = the pattern of group g, coordinates g D .. g D + D - 1
 //   [d/D, d/D + d/8)     bit c (byte c / 8, bit c % 8) set where rotated coordinate c is negative
 //   [d/D + d/8, ... + 2) the row's scale, fp16
 // Groups are runs of consecutive coordinates (after the random rotation any grouping has the same
-// statistics), so one 32-bit gather of a group's D int8 magnitudes (3 bits) or two (2 bits) puts a
-// row's values in its natural order, under the sign map read as a bit mask as it is stored.
+// statistics), so a gather by pattern byte puts a row's magnitudes in its natural order, and the
+// sign map, read as it is stored, is their bit mask (kernels/coded_row_avx512.cpp decodes so).
 #pragma once
 #include <cstddef>
 #include <cstdint>

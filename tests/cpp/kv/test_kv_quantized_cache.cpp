@@ -350,6 +350,9 @@ TEST(KvQuantizedCache, ReconstructionErrorMatchesPaper) {
   EXPECT_LT(err[KvDtype::TQ3_5], err[KvDtype::TQ3]);
   EXPECT_LT(err[KvDtype::TQ3], err[KvDtype::TQ2_5]);
   EXPECT_LT(err[KvDtype::TQ2_5], err[KvDtype::TQ2]);
+  // Orthant codes, the bytes of tq3h / tq2h: about a fifth lower (norm-corrected here).
+  EXPECT_LT(err[KvDtype::TQ3O], 0.88 * err[KvDtype::TQ3H]);
+  EXPECT_LT(err[KvDtype::TQ2O], 0.88 * err[KvDtype::TQ2H]);
   EXPECT_LT(err[KvDtype::Q8_0], err[KvDtype::Q4_0]);
   EXPECT_LT(err[KvDtype::Q8_0], 1e-4);
   EXPECT_LT(err[KvDtype::Q4_0], 0.02);
