@@ -26,6 +26,9 @@ def test_info_lists_every_mode_with_bytes_per_token(tqserve, smollm2):
     assert modes["f16"]["bytes_per_token"] / modes["tq4"]["bytes_per_token"] > 3.5
     assert modes["tq4h"]["bytes_per_token"] == layers_heads * 34  # the same codes, an fp16 norm
     assert modes["tq3c"]["bytes_per_token"] == modes["tq3h"]["bytes_per_token"]  # channel bits: same bytes
+    # orthant codes: a sign bit per coordinate, a pattern byte per 4 (8) coordinates, an fp16 norm
+    assert modes["tq3o"]["bytes_per_token"] == modes["tq3h"]["bytes_per_token"] == layers_heads * 26
+    assert modes["tq2o"]["bytes_per_token"] == modes["tq2h"]["bytes_per_token"] == layers_heads * 18
     # The presets: their row formats, the default windows and what one 1024-token sequence costs.
     presets = {p["mode"]: p for p in info["kv_presets"]}
     assert [presets[m]["k"] for m in ("tq4", "tq3", "tq2")] == ["tq4p", "tq3h", "tq2h"]
