@@ -65,8 +65,26 @@ TEST(QuantOrthantCodebook, SearchFindsTheNearestPattern) {
         if (found_d > best_d * (1.0 + 1e-5) + 1e-12) ++worse;
       }
       EXPECT_EQ(worse, 0) << "bits=" << bits << " d=" << d;
+      // The vector search is the plain loop's, bit for bit: random, tied, zero, huge and infinite inputs.
+      int differ = 0;
+      std::uniform_int_distribution<int> pick(0, kOrthantPatterns - 1);
+      for (int i = 0; i < 20000; ++i) {
+        float m[8];
+        for (int k = 0; k < cb.group; ++k) {
+          const int kind = (i + k) % 11;
+          m[k] = kind == 0 ? 0.0f
+                 : kind == 1 ? cb.patterns[size_t(pick(rng)) * cb.group + k]  // on a pattern's coordinate
+                 : kind == 2 ? 1e30f
+                 : std::abs(normal(rng)) * (i % 3 == 0 ? 4.0f : 1.0f);
+        }
+        if (i % 97 == 0) m[i % cb.group] = INFINITY;
+        if (i % 5 == 1) std::copy_n(cb.patterns.data() + size_t(pick(rng)) * cb.group, cb.group, m);  // a pattern itself
+        differ += cb.nearest(m) != cb.nearest_scalar(m);
+      }
+      EXPECT_EQ(differ, 0) << "bits=" << bits << " d=" << d;
       const float nan[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
       EXPECT_EQ(cb.nearest(nan), 0);
+      EXPECT_EQ(cb.nearest_scalar(nan), 0);
     }
   EXPECT_THROW(orthant_codebook(12, 3), Error);
   EXPECT_THROW(orthant_codebook(0, 2), Error);
