@@ -64,12 +64,9 @@ void decode_pairs_scalar(const uint8_t* codes, int dim, const float* points, flo
   }
 }
 
-// Coordinates an orthant pattern holds (TQ_ORTHANT): 4 at 3 bits, 8 at 2.
-inline int orthant_group_of(const CodedRowFormat& f) { return 8 / (f.bits - 1); }
-
 // A tq3o / tq2o row: out[g D + k] = +-scale * levels[code_g][k], negative where the sign map's bit is set.
 void decode_orthant_scalar(const uint8_t* row, int dim, int bits, const float* levels, float scale, float* out) {
-  const int group = 8 / (bits - 1);
+  const int group = orthant_pattern_coordinates(bits);
   const uint8_t* signs = row + dim / group;
   for (int c = 0; c < dim; ++c) {
     const float v = levels[row[c / group] * group + c % group] * scale;
@@ -141,7 +138,7 @@ size_t coded_row_bytes(const CodedRowFormat& f) {
     case RowCodec::TQ_PAIRS: return size_t(f.dim) / 2 + 2;
     case RowCodec::TQ_ORTHANT:
       if (f.bits != 2 && f.bits != 3) fail("orthant-coded KV rows have 2 or 3 bits per coordinate, not {}", f.bits);
-      return size_t(f.dim) / orthant_group_of(f) + size_t(f.dim) / 8 + 2;
+      return orthant_scale_offset(f.dim, f.bits) + 2;
   }
   return 0;
 }
@@ -190,7 +187,7 @@ void decode_coded_row_scalar(const CodedRowFormat& f, const uint8_t* row, float*
       decode_pairs_scalar(row, d, f.levels, fp16_at(row + d / 2), out, 0);
       return;
     case RowCodec::TQ_ORTHANT:
-      decode_orthant_scalar(row, d, f.bits, f.levels, fp16_at(row + d / orthant_group_of(f) + d / 8), out);
+      decode_orthant_scalar(row, d, f.bits, f.levels, fp16_at(row + orthant_scale_offset(d, f.bits)), out);
       return;
   }
 }
@@ -442,7 +439,7 @@ TQ_AVX2 void decode_coded_rows_avx2(const CodedRowFormat& f, const uint8_t* firs
       return;
     case RowCodec::TQ_ORTHANT: {
       // The scalar decoder: on AVX-512 machines decode_coded_rows_avx512 gathers them instead.
-      const size_t scale_at = size_t(d) / orthant_group_of(f) + size_t(d) / 8;
+      const size_t scale_at = orthant_scale_offset(d, f.bits);
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;
         decode_orthant_scalar(row, d, f.bits, f.levels, fp16_at(row + scale_at), out + i * out_stride);

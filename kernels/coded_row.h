@@ -48,6 +48,13 @@ struct CodedRowFormat {
   const float* part_levels[kMaxChannelParts] = {};
 };
 
+// TQ_ORTHANT rows: the coordinates a pattern byte holds (4 at 3 bits, 8 at 2), and where the fp16
+// scale sits (after d/D pattern bytes and the d/8 bytes of the sign map). bits must be 2 or 3.
+inline int orthant_pattern_coordinates(int bits) { return 8 / (bits - 1); }
+inline size_t orthant_scale_offset(int dim, int bits) {
+  return size_t(dim) / orthant_pattern_coordinates(bits) + size_t(dim) / 8;
+}
+
 // Fails (naming the problem) unless the format is usable: dim in 1..512, Q8_0/Q4_0 need
 // dim % 32 == 0, TQ formats the packing requirements and non-null levels.
 void check_coded_row_format(const CodedRowFormat& f);

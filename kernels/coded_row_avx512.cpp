@@ -245,8 +245,8 @@ TQ_AVX512 void decode_coded_rows_avx512(const CodedRowFormat& f, const uint8_t* 
       return;
     }
     case RowCodec::TQ_ORTHANT: {
-      const int group = 8 / (f.bits - 1);
-      const size_t scale_at = size_t(d) / group + size_t(d) / 8;
+      const int group = orthant_pattern_coordinates(f.bits);
+      const size_t scale_at = orthant_scale_offset(d, f.bits);
       for (int i = 0; i < n; ++i) {
         const uint8_t* row = first + i * row_stride;
         decode_orthant(row, d, group, f.levels, load_f16_value(row + scale_at), out + i * out_stride);

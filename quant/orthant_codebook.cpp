@@ -11,10 +11,14 @@
 #include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
+// GCC 12's 512-bit intrinsics pass _mm512_undefined_*() as the unused merge source, which
+// -Wmaybe-uninitialized reports once they are inlined under a target attribute.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 
 #include "errors/error.h"
+#include "kernels/coded_row.h"
 #include "quant/coded_row_scale.h"
 
 namespace tq {
@@ -47,7 +51,7 @@ OrthantCodebook build(int dim, int bits) {
 
 int orthant_group(int bits) {
   if (bits != 2 && bits != 3) fail("orthant codes have 2 or 3 bits per coordinate, not {}", bits);
-  return 8 / (bits - 1);
+  return orthant_pattern_coordinates(bits);
 }
 
 const float* orthant_codebook_standard_patterns(int bits) {
@@ -63,7 +67,7 @@ void check_tq_orthant_row_shape(int dim, int bits) {
 
 size_t tq_orthant_row_bytes(int dim, int bits) {
   check_tq_orthant_row_shape(dim, bits);
-  return size_t(dim) / orthant_group(bits) + size_t(dim) / 8 + sizeof(uint16_t);
+  return orthant_scale_offset(dim, bits) + sizeof(uint16_t);
 }
 
 const OrthantCodebook& orthant_codebook(int dim, int bits) {
@@ -180,7 +184,7 @@ void tq_encode_orthant_row(const float* x, const OrthantCodebook& codebook, cons
   for (int c = 0; c < d; ++c)
     if (std::signbit(y[c])) signs[c / 8] |= static_cast<uint8_t>(1u << (c % 8));
   const uint16_t s16 = tq_scale_to_fp16(scale);
-  std::memcpy(row + groups + d / 8, &s16, sizeof s16);
+  std::memcpy(row + orthant_scale_offset(d, codebook.bits), &s16, sizeof s16);
 }
 
 }  // namespace tq
